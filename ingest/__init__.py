@@ -1,0 +1,1 @@
+"""Trace readers and kernel→op attribution: profiler traces in, one row per GPU activity out."""

@@ -1,0 +1,1 @@
+"""Dagster wiring of hotshape's domain packages, and the `hotshape` command line."""

@@ -1,0 +1,1 @@
+"""Release bundles: manifest, weight versions, sealed provenance and roofline, keyed problem ids."""

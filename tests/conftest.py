@@ -1,0 +1,38 @@
+"""Fixtures shared by every test package: where the public traces and reference data live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("HOTSHAPE_SHARED", REPO.parent / "shared"))
+PUBLIC_TRACES = SHARED / "traces" / "public"
+ATREX = SHARED / "reference-data" / "atrex-bench"
+EXAMPLES = REPO / "examples"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is not present (set HOTSHAPE_SHARED to the shared material)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def public_traces() -> Path:
+    """The public trace fixtures (../shared/traces/public)."""
+    return _need(PUBLIC_TRACES)
+
+
+@pytest.fixture(scope="session")
+def atrex_dir() -> Path:
+    """The published Atrex-Bench data (../shared/reference-data/atrex-bench)."""
+    return _need(ATREX)
+
+
+@pytest.fixture(scope="session")
+def examples_dir() -> Path:
+    """The project's own example traces and fleet.yaml."""
+    return EXAMPLES

@@ -1,0 +1,1 @@
+"""Fleet registry, card-hour weighting, hot-shape selection and weight drift."""
