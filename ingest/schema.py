@@ -44,3 +44,41 @@ def validate(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
     if missing:
         raise ValueError(f"{name}: missing columns {missing}")
     return table.select(schema.names).cast(schema)
+
+TRACES = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("path", pa.string()),  # relative to the trace root, forward slashes
+        ("gpu_ns", pa.int64()),  # all GPU activity time T_p
+        ("attributed_ns", pa.int64()),
+        ("unattributed_ns", pa.int64()),
+        ("kernels", pa.int64()),
+        ("events", pa.int64()),
+    ]
+)
+
+# kernel_events after ingest.classify.classify_events: the operator, its shape key and the phase.
+CLASSIFIED_EVENTS = pa.schema(
+    list(KERNEL_EVENTS)
+    + [
+        ("operator", pa.string()),  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
+        ("shape", pa.string()),  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
+        ("phase", pa.string()),  # see PHASES
+        ("phase_rule", pa.string()),  # annotation:vllm|annotation:sglang|annotation:range|shape:attention|graph:full_graph_decode|none
+    ]
+)
+PHASES = ("prefill", "decode", "mixed", "unknown")
+# Classification rewrites `graph_replay`: graph_capture (aligned with a capture-trace launch, whose
+# op and shapes the row inherits) or name_rule (operator from the kernel name only).
+CLASSIFIED_ATTRIBUTIONS = ("direct", "graph_capture", "name_rule", "launch_only", "unattributed")
+
+OP_SHAPE_TIME = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("operator", pa.string()),
+        ("shape", pa.string()),
+        ("phase", pa.string()),
+        ("gpu_ns", pa.int64()),
+        ("calls", pa.int64()),
+    ]
+)

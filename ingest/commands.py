@@ -1,0 +1,78 @@
+"""`hotshape ingest`: the command-line face of the ingest package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".csv")
+# Capture-phase traces are sidecars that explain graph replays, not profiles of their own.
+SIDECAR_DIRS = {"capture_traces"}
+
+
+def discover(paths: list[str]) -> list[Path]:
+    """Trace files named directly or found under the directories named, sorted, sidecars left out."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                if (
+                    child.is_file()
+                    and child.name.endswith(TRACE_SUFFIXES)
+                    and not SIDECAR_DIRS.intersection(child.relative_to(path).parts[:-1])
+                ):
+                    found.append(child)
+        else:
+            found.append(path)
+    return found
+
+
+def _progress(items):
+    if len(items) > 1 and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(items, unit="trace", file=sys.stderr)
+    return items
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """Ingest the traces named and write kernel_events, traces and op_shape_time under --out."""
+    from ingest.output import write_ingest
+
+    paths = discover(args.traces)
+    if not paths:
+        print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
+        return 2
+    root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
+    summary = write_ingest(paths, Path(args.out), root=root, progress=_progress)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for trace in summary["traces"]:
+            share = trace["attributed_ns"] / trace["gpu_ns"] if trace["gpu_ns"] else 0.0
+            print(
+                f"{trace['trace_id']}  {trace['path']}  kernels={trace['kernels']}  "
+                f"gpu={trace['gpu_ns'] / 1e6:.3f} ms  attributed={share:.1%}"
+            )
+        for bad in summary["quarantined"]:
+            print(f"quarantined  {bad['path']}: {bad['reason']}", file=sys.stderr)
+        print(f"{len(summary['traces'])} traces ingested, {len(summary['quarantined'])} quarantined -> {args.out}")
+    if getattr(args, "report", False):
+        from ingest.report import print_report
+
+        print_report(Path(args.out))
+    return 0 if summary["traces"] else 1
+
+
+def register(subparsers) -> None:
+    """Add `ingest` to the hotshape command."""
+    p = subparsers.add_parser("ingest", help="profiler traces -> kernel_events, traces, op_shape_time")
+    p.add_argument("traces", nargs="+", help="trace files or directories of them")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.add_argument("--report", action="store_true", help="print top operators, shapes and phases")
+    p.set_defaults(func=run_ingest)
+

@@ -1,0 +1,193 @@
+"""CUDA/HIP-graph replays attributed through a graph-capture trace: align kernels per launch, inherit ops."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+from ingest.attribution import enclosing_stacks
+from ingest.kineto import CpuRange, TraceError, load_document, to_ns
+
+# vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>.
+CAPTURE_WINDOW = re.compile(r"^capture_(?P<bs>\d+)_(?P<mode>\w+)$")
+_LAUNCH = re.compile(r"Launch(Kernel|CooperativeKernel)|ModuleLaunch|cuLaunch|^cudaLaunch|^hipLaunch")
+_COPY = re.compile(r"Memcpy", re.IGNORECASE)
+_SET = re.compile(r"Memset", re.IGNORECASE)
+_SHAPE_ARGS = (("Input Dims", "dims"), ("Input type", "types"), ("Concrete Inputs", "concrete"))
+
+CAPTURE_COLUMNS = {
+    "window": pl.String,  # capture_<bs>_<mode>, with the window's start to tell repeats apart
+    "seq": pl.Int64,  # launch order within the window
+    "kernel": pl.String,  # kernel name from the launch row (ROCm) or the executed activity; null if unknown
+    "step": pl.String,  # alignment token: kernel name, "memcpy" or "memset"
+    "op_chain": pl.List(pl.String),  # ops/annotations inside the window enclosing the launch, outermost first
+    "op_chain_args": pl.String,
+}
+
+
+def capture_traces_for(trace_path: str | Path) -> list[Path]:
+    """Capture traces paired with a replay trace by a sibling capture_traces/execution_details.json."""
+    folder = Path(trace_path).parent / "capture_traces"
+    sidecar = folder / "execution_details.json"
+    if not sidecar.exists():
+        return []
+    try:
+        entries = json.loads(sidecar.read_text())
+    except ValueError as exc:
+        raise TraceError(sidecar, f"invalid JSON ({exc})") from None
+    if isinstance(entries, dict):
+        entries = [entries]
+    files = [folder / e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
+    return [f for f in files if f.exists()]
+
+
+def _step_token(launch_name: str, kernel: str | None) -> str | None:
+    if _COPY.search(launch_name) or (kernel or "").startswith("Memcpy"):
+        return "memcpy"
+    if _SET.search(launch_name) or (kernel or "").startswith("Memset"):
+        return "memset"
+    return kernel
+
+
+def read_capture(path: str | Path) -> pl.DataFrame:
+    """Every launch recorded inside a capture window of a capture trace, in order, with its op chain."""
+    doc = load_document(path)
+    base = doc.get("baseTimeNanoseconds")
+    base_ns = int(base) if isinstance(base, (int, float)) else 0
+    ranges: dict[tuple, list[CpuRange]] = {}
+    launches: list[tuple] = []
+    executed: dict[int, str] = {}
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        cat, args = e.get("cat"), e.get("args") or {}
+        if cat in ("cpu_op", "user_annotation"):
+            start = base_ns + to_ns(e.get("ts", 0))
+            shape = {k: args.get(n) for n, k in _SHAPE_ARGS} if "Input Dims" in args else None
+            ranges.setdefault((e.get("pid"), e.get("tid")), []).append(
+                CpuRange(str(e.get("name", "")), cat == "cpu_op", start, start + to_ns(e.get("dur", 0)), None, shape)
+            )
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            name = str(e.get("name", ""))
+            if "Graph" in name or not (_LAUNCH.search(name) or _COPY.search(name) or _SET.search(name)):
+                continue
+            launches.append((base_ns + to_ns(e.get("ts", 0)), (e.get("pid"), e.get("tid")), name, args.get("kernel"), args.get("correlation")))
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset") and args.get("correlation") is not None:
+            executed[args["correlation"]] = str(e.get("name", ""))
+    rows: dict[str, list] = {k: [] for k in CAPTURE_COLUMNS}
+    by_thread: dict[tuple, list[int]] = {}
+    for i, launch in enumerate(launches):
+        by_thread.setdefault(launch[1], []).append(i)
+    for thread, idxs in by_thread.items():
+        rs = ranges.get(thread, [])
+        stacks = enclosing_stacks(rs, [(launches[i][0], i) for i in idxs])
+        for i in sorted(idxs, key=lambda j: launches[j][0]):
+            chain = [rs[j] for j in stacks.get(i, ())]
+            windows = [k for k, r in enumerate(chain) if not r.is_op and CAPTURE_WINDOW.match(r.name)]
+            if not windows:
+                continue  # warm-up runs and allocator work outside capture are not graph nodes
+            w = windows[-1]
+            ts, _, name, kernel, corr = launches[i]
+            kernel = kernel or executed.get(corr)
+            inner = chain[w + 1 :]
+            rows["window"].append(f"{chain[w].name}@{chain[w].ts_ns}")
+            rows["seq"].append(0)
+            rows["kernel"].append(kernel)
+            rows["step"].append(_step_token(name, kernel))
+            rows["op_chain"].append([r.name for r in inner])
+            rows["op_chain_args"].append(orjson.dumps([r.args for r in inner]).decode())
+    frame = pl.DataFrame(rows, schema=CAPTURE_COLUMNS)
+    if frame.height == 0:
+        raise TraceError(path, "no kernel launches inside a capture_<bs>_<mode> annotation: not a graph-capture trace")
+    # Order by window, then by launch time within it (launch rows were gathered per thread).
+    return frame.with_columns(pl.int_range(pl.len()).over("window").alias("seq"))
+
+
+def read_captures(paths) -> pl.DataFrame | None:
+    """All capture launches of several capture traces, or None when there are none."""
+    frames = [read_capture(p) for p in paths]
+    return pl.concat(frames) if frames else None
+
+
+def _replay_token(kernel: str, category: str) -> str:
+    return category if category in ("memcpy", "memset") else kernel
+
+
+def _align(replay: list[str], capture: list[str | None]) -> dict[int, int]:
+    if all(c is None for c in capture):
+        # CUDA launch rows carry no kernel name: only an exact node count allows positional alignment.
+        return {i: i for i in range(len(replay))} if len(replay) == len(capture) else {}
+    matcher = difflib.SequenceMatcher(None, replay, capture, autojunk=False)
+    pairs: dict[int, int] = {}
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            pairs[block.a + k] = block.b + k
+    return pairs
+
+
+def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tuple[pl.DataFrame, dict]:
+    """Graph-replay rows given the op chain and shapes of their aligned capture launch.
+
+    Returns the events with `op_chain`, `op_chain_args`, `op`, `input_*` replaced on matched rows
+    and a column `graph_capture` (True where a capture launch was aligned), plus alignment stats.
+    """
+    n = events.height
+    matched = [False] * n
+    chains = events["op_chain"].to_list()
+    chain_args = events["op_chain_args"].to_list()
+    op = events["op"].to_list()
+    inputs = {c: events[c].to_list() for c in ("input_dims", "input_types", "concrete_inputs")}
+    stats = {"graph_ns": 0, "graph_capture_ns": 0, "graph_launches": 0, "graph_launches_aligned": 0}
+    graph = events["graph_launch"].fill_null(False).to_list()
+    dur = events["dur_ns"].to_list()
+    stats["graph_ns"] = sum(d for d, g in zip(dur, graph) if g)
+    if capture is not None and capture.height and any(graph):
+        windows = {
+            w: (frame["step"].to_list(), frame["op_chain"].to_list(), frame["op_chain_args"].to_list())
+            for (w,), frame in capture.sort("seq").group_by("window", maintain_order=True)
+        }
+        kernels, cats = events["kernel"].to_list(), events["category"].to_list()
+        corr, index = events["correlation"].to_list(), events["graph_kernel_index"].to_list()
+        launches: dict = {}
+        for i in range(n):
+            if graph[i]:
+                launches.setdefault(corr[i], []).append(i)
+        for members in launches.values():
+            members.sort(key=lambda i: (index[i] is None, index[i]))
+            tokens = [_replay_token(kernels[i], cats[i]) for i in members]
+            best, best_pairs = None, {}
+            for w, (steps, _, _) in windows.items():
+                pairs = _align(tokens, steps)
+                if len(pairs) > len(best_pairs):
+                    best, best_pairs = w, pairs
+            stats["graph_launches"] += 1
+            if best is None:
+                continue
+            stats["graph_launches_aligned"] += 1
+            _, w_chains, w_args = windows[best]
+            for a, b in best_pairs.items():
+                i = members[a]
+                outer_args = orjson.loads(chain_args[i]) if chain_args[i] else [None] * len(chains[i] or [])
+                chains[i] = list(chains[i] or []) + list(w_chains[b])
+                inner_args = orjson.loads(w_args[b])
+                chain_args[i] = orjson.dumps(outer_args + inner_args).decode()
+                if w_chains[b]:
+                    op[i] = w_chains[b][-1]
+                    last = inner_args[-1] or {}
+                    for column, key in (("input_dims", "dims"), ("input_types", "types"), ("concrete_inputs", "concrete")):
+                        inputs[column][i] = None if last.get(key) is None else orjson.dumps(last[key]).decode()
+                matched[i] = True
+                stats["graph_capture_ns"] += dur[i]
+    out = events.with_columns(
+        pl.Series("op_chain", chains, dtype=pl.List(pl.String)),
+        pl.Series("op_chain_args", chain_args, dtype=pl.String),
+        pl.Series("op", op, dtype=pl.String),
+        *(pl.Series(c, v, dtype=pl.String) for c, v in inputs.items()),
+        pl.Series("graph_capture", matched, dtype=pl.Boolean),
+    )
+    return out, stats

@@ -1,0 +1,173 @@
+"""Serving phase (prefill / decode / mixed / unknown) of each activity, and the rule that decided it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from ingest.schema import PHASES  # noqa: F401  (the phase vocabulary lives with the schemas)
+
+# vLLM V1 gpu_worker: execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>); the
+# TraceLens-patched variant puts the step's token count first and per-class sums in the
+# parentheses: execute_<T>_context_<Rc>(sq<Σq>sk<Σk>sqsq..sqsk..)_generation_<Rg>(sq..sk..).
+_VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)\((?P<ctx_args>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gen_args>[^)]*)\)")
+_SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)")
+# SGLang scheduler: step[EXTEND bs=15 toks=15360], step[DECODE bs=32], step[MIXED bs=..]
+_SGLANG = re.compile(r"^step\[(?P<mode>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<rest>[^\]]*)\]")
+# Plain ranges a user or another framework put around a phase (record_function / NVTX).
+_PLAIN = re.compile(r"^(?P<mode>prefill|decode|mixed|extend|context|generation)(?:$|[\s_:\-\[(#.])", re.IGNORECASE)
+_PLAIN_PHASE = {"prefill": "prefill", "extend": "prefill", "context": "prefill", "decode": "decode", "generation": "decode", "mixed": "mixed"}
+_SGLANG_PHASE = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a step annotation says: its phase, and the request/token counts it carries."""
+
+    phase: str
+    rule: str  # annotation:vllm | annotation:sglang | annotation:range
+    context_reqs: int | None = None
+    generation_reqs: int | None = None
+    tokens: int | None = None
+    context_q: int | None = None  # Σ query tokens of prefill requests
+    context_kv: int | None = None  # Σ kv tokens of prefill requests
+    generation_q: int | None = None
+    generation_kv: int | None = None
+
+
+def _phase_of_counts(ctx: int, gen: int) -> str:
+    if ctx and gen:
+        return "mixed"
+    if ctx:
+        return "prefill"
+    if gen:
+        return "decode"
+    return "unknown"
+
+
+def _sums(text: str) -> tuple[int | None, int | None]:
+    m = _SUMS.match(text)
+    return (int(m["sq"]), int(m["sk"])) if m else (None, None)
+
+
+def parse_step(name: str | None) -> Step | None:
+    """The Step a vLLM, SGLang or plain prefill/decode annotation describes; None for other names."""
+    if not name:
+        return None
+    m = _VLLM.match(name)
+    if m:
+        ctx, gen = int(m["ctx"]), int(m["gen"])
+        cq, ck = _sums(m["ctx_args"])
+        gq, gk = _sums(m["gen_args"])
+        if cq is None and m["ctx_args"]:
+            # Upstream form: the parentheses hold the prefill token count (then "_<Σq·k>" on
+            # some versions); the generation side holds its token count.
+            head = m["ctx_args"].split("_")[0]
+            cq = int(head) if head.isdigit() else None
+        if gq is None and m["gen_args"].isdigit():
+            gq = int(m["gen_args"])
+        tokens = int(m["tokens"]) if m["tokens"] else None
+        return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk)
+    m = _SGLANG.match(name)
+    if m:
+        mode = m["mode"]
+        fields = dict(kv.split("=", 1) for kv in m["rest"].split() if "=" in kv)
+        bs = int(fields["bs"]) if fields.get("bs", "").isdigit() else None
+        toks = int(fields["toks"]) if fields.get("toks", "").isdigit() else None
+        phase = _SGLANG_PHASE.get(mode, "unknown")
+        ctx = bs if phase == "prefill" else None
+        gen = bs if phase == "decode" else None
+        return Step(phase, "annotation:sglang", ctx, gen, toks)
+    m = _PLAIN.match(name)
+    if m:
+        return Step(_PLAIN_PHASE[m["mode"].lower()], "annotation:range")
+    return None
+
+
+def step_of_chain(op_chain) -> tuple[int | None, Step | None]:
+    """The innermost step annotation in an op chain (outermost first) and its position."""
+    if op_chain is None:
+        return None, None
+    for depth in range(len(op_chain) - 1, -1, -1):
+        step = parse_step(op_chain[depth])
+        if step is not None and step.phase != "unknown":
+            return depth, step
+    return None, None
+
+
+def merged_step(op_chain, annotation: str | None = None) -> Step | None:
+    """The innermost step of a chain, its missing counts filled from the other step annotations.
+
+    SGLang traces patched by TraceLens nest vLLM-style sums (sq/sk) outside `step[DECODE bs=..]`.
+    """
+    names = list(op_chain or []) + ([annotation] if annotation else [])
+    steps = [s for s in (parse_step(n) for n in reversed(names)) if s is not None and s.phase != "unknown"]
+    if not steps:
+        return None
+    first = steps[0]
+    filled = {
+        f: next((getattr(s, f) for s in steps if getattr(s, f) is not None), None)
+        for f in ("context_reqs", "generation_reqs", "tokens", "context_q", "context_kv", "generation_q", "generation_kv")
+    }
+    return Step(first.phase, first.rule, **filled)
+
+
+# Shape rule: what an attention call's shape says about the step it runs in.
+_DECODE_OPERATORS = {"paged_attention_decode", "mla_decode_attention"}
+_PREFILL_OPERATORS = {"attention_forward"}
+_ATTENTION = {"unified_attention"} | _DECODE_OPERATORS | _PREFILL_OPERATORS
+
+
+def phase_from_shape(operator: str, shape: dict) -> str | None:
+    """The phase an attention call's shape implies (decode ⇔ one query token per sequence), or None."""
+    if operator in _DECODE_OPERATORS:
+        return "decode"
+    if operator in _PREFILL_OPERATORS:
+        return "prefill"
+    if operator == "unified_attention":
+        seqs, tokens = shape.get("num_seqs"), shape.get("num_tokens")
+        if isinstance(seqs, int) and isinstance(tokens, int) and seqs > 0:
+            return "decode" if tokens == seqs else None
+    return None
+
+
+def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]) -> tuple[list[str], list[str]]:
+    """Per-row (phase, phase_rule): step annotation, else attention shape, else graph heuristic."""
+    n = events.height
+    phase = ["unknown"] * n
+    rule = ["none"] * n
+    chains = events["op_chain"].to_list()
+    annotations = events["annotation"].to_list() if "annotation" in events.columns else [None] * n
+    for i in range(n):
+        _, step = step_of_chain(chains[i])
+        if step is None:
+            step = parse_step(annotations[i])
+        if step is not None and step.phase != "unknown":
+            phase[i], rule[i] = step.phase, step.rule
+
+    # Shape rule: rows of one annotation group (or the whole trace when none) take the phase
+    # their attention calls agree on; a group whose attention calls disagree stays unknown.
+    groups: dict = {}
+    for i in range(n):
+        if rule[i] != "none":
+            continue
+        groups.setdefault(annotations[i], []).append(i)
+    for members in groups.values():
+        seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}
+        seen.discard(None)
+        if len(seen) == 1:
+            decided = seen.pop()
+            for i in members:
+                phase[i], rule[i] = decided, "shape:attention"
+
+    # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and
+    # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE) and SGLang capture FULL graphs for decode only.
+    graph = events["graph_launch"].to_list()
+    correlation = events["correlation"].to_list()
+    full = {correlation[i] for i in range(n) if graph[i] and operators[i] in _ATTENTION}
+    for i in range(n):
+        if rule[i] == "none" and graph[i] and correlation[i] in full:
+            phase[i], rule[i] = "decode", "graph:full_graph_decode"
+    return phase, rule

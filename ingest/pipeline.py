@@ -1,0 +1,109 @@
+"""One trace file → kernel_events and its summary; many → written tables with bad files quarantined."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from ingest.attribution import attribute
+from ingest.kineto import TraceError, read_kineto
+from ingest.schema import ATTRIBUTED, TRACES
+
+
+@dataclass
+class TraceResult:
+    """kernel_events of one trace and the totals that prove nothing was dropped."""
+
+    events: pl.DataFrame
+    summary: dict
+
+
+@dataclass
+class IngestResult:
+    """Every trace that was read, and every one that was quarantined with its reason."""
+
+    traces: list[TraceResult]
+    quarantined: list[dict]
+
+
+def read_events(path: str | Path) -> pl.DataFrame:
+    """kernel_events rows (before classification) of one trace file in any supported format."""
+    return attribute(read_kineto(path))
+
+
+def summarize(events: pl.DataFrame, path: str) -> dict:
+    """Per-trace totals: all GPU time, attributed and unattributed time, counts."""
+    gpu_ns = int(events["dur_ns"].sum())
+    attributed_ns = int(events.filter(pl.col("attribution").is_in(ATTRIBUTED))["dur_ns"].sum())
+    return {
+        "trace_id": events["trace_id"][0],
+        "path": path,
+        "gpu_ns": gpu_ns,
+        "attributed_ns": attributed_ns,
+        "unattributed_ns": gpu_ns - attributed_ns,
+        "kernels": int((events["category"] == "kernel").sum()),
+        "events": events.height,
+    }
+
+
+def ingest_trace(path: str | Path, display_path: str | None = None) -> TraceResult:
+    """One trace file read, attributed and classified; raises TraceError for a bad file."""
+    events = read_events(path)
+    events = classify(events)
+    return TraceResult(events=events, summary=summarize(events, display_path or str(path)))
+
+
+def classify(events: pl.DataFrame) -> pl.DataFrame:
+    """Events with operator/shape/phase columns when the classifier is installed, else as they are."""
+    try:
+        from ingest.classify import classify_events
+    except ImportError:
+        return events
+    return classify_events(events)
+
+
+def ingest_many(
+    paths: Iterable[str | Path],
+    root: str | Path | None = None,
+    on_trace: Callable[[TraceResult], None] | None = None,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> IngestResult:
+    """Each trace ingested in turn; a bad one is quarantined with its reason and the rest go on.
+
+    `on_trace` receives each result as soon as it is ready, so callers can write it out and
+    drop it: memory holds one trace's events at a time, not the fleet's.
+    """
+    paths = [Path(p) for p in paths]
+    results: list[TraceResult] = []
+    quarantined: list[dict] = []
+    iterator = progress(paths) if progress else paths
+    for path in iterator:
+        shown = _display_path(path, root)
+        try:
+            result = ingest_trace(path, shown)
+        except TraceError as exc:
+            quarantined.append({"path": shown, "reason": exc.problem})
+            continue
+        if on_trace is not None:
+            on_trace(result)
+            result = TraceResult(events=result.events.clear(), summary=result.summary)
+        results.append(result)
+    return IngestResult(traces=results, quarantined=quarantined)
+
+
+def _display_path(path: Path, root: str | Path | None) -> str:
+    if root is not None:
+        try:
+            return path.resolve().relative_to(Path(root).resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def traces_frame(results: list[TraceResult]) -> pl.DataFrame:
+    """One row per ingested trace with its totals (the `traces` table)."""
+    return pl.from_arrow(pa.Table.from_pylist([r.summary for r in results], schema=TRACES))

@@ -1,0 +1,340 @@
+"""Operator kwargs from an op's Input Dims / Input type / Concrete Inputs, and their canonical JSON key."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+
+# Parameter names follow the catalogue's shapes.json init_kwargs/input_kwargs per operator;
+# `dtype` (and `b_dtype`, `kv_dtype` where an op mixes dtypes) are added, as AGENTS.md says.
+# Attention adds `num_tokens` (and, from the step annotation, `num_seqs` / `ctx_len`): the
+# catalogue's per-sequence `seq_lens` cannot be recovered from op shapes.
+
+_DTYPES = {
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "float": "fp32",
+    "double": "fp64",
+    "c10::Float8_e4m3fn": "fp8_e4m3fn",
+    "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz",
+    "c10::Float8_e5m2": "fp8_e5m2",
+    "c10::Float8_e5m2fnuz": "fp8_e5m2fnuz",
+    "c10::Float4_e2m1fn_x2": "fp4_e2m1fn_x2",
+    "c10::Float8_e8m0fnu": "fp8_e8m0fnu",
+    "unsigned char": "uint8",
+    "signed char": "int8",
+    "int": "int32",
+    "long int": "int64",
+    "bool": "bool",
+}
+
+
+def canonical_json(kwargs: dict) -> str:
+    """The shape key: JSON with sorted keys and no spaces (deterministic across runs and machines)."""
+    return json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
+
+
+def dtype_name(torch_type: str | None) -> str | None:
+    """Short dtype name (bf16, fp16, fp8_e4m3fn, ...) of a profiler `Input type` entry."""
+    if not torch_type:
+        return None
+    return _DTYPES.get(torch_type, torch_type.replace("c10::", "").lower())
+
+
+class Args:
+    """An op's recorded inputs: tensors (position, dims, dtype) and concrete scalars."""
+
+    def __init__(self, op: str, dims, types, concrete):
+        self.op = op or ""
+        dims = dims if isinstance(dims, list) else []
+        types = types if isinstance(types, list) else []
+        concrete = concrete if isinstance(concrete, list) else []
+        self.tensors: list[tuple[int, list[int], str | None]] = []
+        for i, d in enumerate(dims):
+            t = types[i] if i < len(types) else None
+            if isinstance(d, list) and d and all(isinstance(x, int) for x in d) and t not in ("Scalar", "ScalarList"):
+                self.tensors.append((i, d, dtype_name(t)))
+        self.concrete = [c for c in concrete if isinstance(c, str) and c != ""]
+
+    def nd(self, min_rank: int) -> list[tuple[int, list[int], str | None]]:
+        return [t for t in self.tensors if len(t[1]) >= min_rank]
+
+    def floats(self) -> list[float]:
+        out = []
+        for c in self.concrete:
+            if re.fullmatch(r"-?\d*\.\d*(e-?\d+)?|-?\d+e-?\d+", c):
+                out.append(float(c))
+        return out
+
+    def ints(self) -> list[int]:
+        return [int(c) for c in self.concrete if re.fullmatch(r"-?\d+", c)]
+
+    def bools(self) -> list[bool]:
+        return [c == "True" for c in self.concrete if c in ("True", "False")]
+
+
+def _rows(d: list[int]) -> int:
+    return math.prod(d[:-1]) if len(d) > 1 else d[0]
+
+
+def _generic(a: Args) -> dict:
+    if not a.tensors:
+        return {}
+    _, d, t = a.tensors[0]
+    return {"shape": d, "dtype": t}
+
+
+_KN_OPS = re.compile(r"^aten::(mm|addmm|matmul|bmm|baddbmm|_scaled_mm|addmv|mv)$|cutlass_scaled_mm|scaled_mm$")
+
+
+def _gemm(a: Args) -> dict:
+    ts = a.nd(2)
+    if re.search(r"addmm|baddbmm", a.op) and ts and a.tensors and a.tensors[0][0] == ts[0][0] and len(ts) > 2:
+        ts = ts[1:]  # the bias/accumulator comes first
+    styles = ("kn", "nk") if _KN_OPS.search(a.op) else ("nk", "kn")
+    for style in styles:
+        for (_, x, xt), (_, w, wt) in zip(ts, ts[1:]):
+            if style == "kn" and x[-1] == w[-2]:
+                k, n = w[-2], w[-1]
+            elif style == "nk" and x[-1] == w[-1]:
+                n, k = w[-2], w[-1]
+            else:
+                continue
+            out = {"m": x[-2] if len(x) == 3 and len(w) == 3 else _rows(x), "n": n, "k": k, "dtype": xt}
+            if len(x) == 3 and len(w) == 3:
+                out["batch"] = x[0]
+            if wt != xt:
+                out["b_dtype"] = wt
+            return out
+    return _generic(a)
+
+
+def _norm(a: Args) -> dict:
+    if not a.tensors:
+        return {}
+    _, x, t = (a.nd(2) or a.tensors)[0]
+    out = {"token_count": _rows(x), "hidden_size": x[-1], "dtype": t}
+    eps = a.floats()
+    if eps:
+        out["eps"] = eps[0]
+    return out
+
+
+def _silu_and_mul(a: Args) -> dict:
+    ts = a.nd(1)[:2]
+    if not ts:
+        return {}
+    _, x, t = max(ts, key=lambda e: e[1][-1])  # the input is [T, 2I]; the output [T, I]
+    return {"shape": x, "dtype": t}
+
+
+def _rope(a: Args) -> dict:
+    ts = a.tensors
+    if len(ts) < 3:
+        return _generic(a)
+    positions, q, k = ts[0][1], ts[1][1], ts[2][1]
+    tokens = math.prod(positions)
+    ints = a.ints()
+    head = ints[0] if ints else q[-1]
+    out = {
+        "total_tokens": tokens,
+        "head_dim": head,
+        "num_heads": math.prod(q) // max(tokens * head, 1),
+        "num_kv_heads": math.prod(k) // max(tokens * head, 1),
+        "dtype": ts[1][2],
+    }
+    if len(ts) > 3:
+        out["rope_dim"] = ts[3][1][-1]
+    bools = a.bools()
+    if bools:
+        out["is_neox_style"] = bools[-1]
+    return out
+
+
+def _cache(a: Args) -> dict:
+    ts = a.tensors
+    if not ts:
+        return {}
+    _, key, t = ts[0]
+    out = {"shape": key, "dtype": t}
+    caches = [e for e in ts[2:] if len(e[1]) >= 2]
+    if caches:
+        cache = caches[0]
+        if len(cache[1]) == 4 and len(key) == 3:
+            out["block_size"] = cache[1][1]  # vLLM flash layout [blocks, block_size, heads, dim]
+        if cache[2] != t:
+            out["kv_dtype"] = cache[2]
+    return out
+
+
+def _attention(a: Args) -> dict:
+    ts = a.nd(3)
+    if not ts:
+        return _generic(a)
+    _, q, t = ts[0]
+    out = {"num_tokens": q[0], "num_query_heads": q[1], "head_size": q[2], "dtype": t}
+    if len(ts) > 1:
+        kv = ts[1][1]
+        out["num_kv_heads"] = kv[-2]
+        if ts[1][2] != t:
+            out["kv_dtype"] = ts[1][2]
+    cu = [e for e in a.tensors if len(e[1]) == 1 and e[2] == "int32"]
+    if cu:
+        out["num_seqs"] = cu[0][1][0] - 1  # cu_seqlens_q has one entry per sequence plus one
+    return out
+
+
+def _paged_decode(a: Args) -> dict:
+    threes, fours = a.nd(3), [e for e in a.tensors if len(e[1]) == 4]
+    if not threes:
+        return _generic(a)
+    q = threes[1][1] if len(threes) > 1 and threes[0][1] == threes[1][1] else threes[0][1]
+    out = {"num_seqs": q[0], "num_query_heads": q[1], "head_size": q[2], "dtype": threes[0][2]}
+    if fours:
+        out["num_kv_heads"], out["block_size"] = fours[0][1][2], fours[0][1][1]
+    return out
+
+
+def _sdpa(a: Args) -> dict:
+    ts = a.nd(3)
+    if not ts:
+        return _generic(a)
+    _, q, t = ts[0]
+    if len(q) == 4 and re.search(r"_flash_attention_forward|_efficient_attention_forward", a.op):
+        # The kernels under SDPA take [batch, seq, heads, dim].
+        return {"num_heads": q[2], "head_dim": q[3], "seq_lens": [q[1]] * q[0], "dtype": t}
+    if len(q) == 4:  # aten SDPA: [batch, heads, seq, dim]
+        return {"num_heads": q[1], "head_dim": q[3], "seq_lens": [q[2]] * q[0], "dtype": t}
+    out = _attention(a)
+    return {"num_heads": out["num_query_heads"], "head_dim": out["head_size"], "num_tokens": out["num_tokens"], "dtype": t}
+
+
+def _moe(a: Args) -> dict:
+    ts = a.nd(2)
+    if not ts or a.op.startswith("triton_"):
+        return _generic(a)  # an Inductor kernel fused into the MoE region: its own tensor, not the MoE's
+    _, x, t = ts[0]
+    out = {"token_count": x[0], "hidden_size": x[-1], "dtype": t}
+    if len(ts) > 1 and ts[1][1][0] == x[0]:
+        out["num_experts"] = ts[1][1][-1]  # router logits [T, E]
+    return out
+
+
+def _topk_softmax(a: Args) -> dict:
+    if "moe_forward" in a.op:
+        out = _moe(a)
+        return {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+    ts = a.nd(2)
+    if not ts:
+        return _generic(a)
+    logits = ts[-1][1]
+    out = {"token_count": logits[0], "num_experts": logits[-1]}
+    if len(ts) > 1:
+        out["top_k"] = ts[0][1][-1]
+    return out
+
+
+def _moe_align(a: Args) -> dict:
+    if "moe_forward" in a.op:
+        out = _moe(a)
+        return {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+    ts = a.nd(2)
+    if not ts:
+        return _generic(a)
+    ids = ts[0][1]
+    out = {"token_count": ids[0], "top_k": ids[-1]}
+    ints = a.ints()
+    if len(ints) >= 2:
+        out["num_experts"], out["block_size"] = ints[0], ints[1]
+    return out
+
+
+def _moe_sum(a: Args) -> dict:
+    ts = a.nd(3)
+    if not ts:
+        return _generic(a)
+    x = ts[0][1]
+    return {"token_count": x[0], "top_k": x[1], "hidden_size": x[2], "dtype": ts[0][2]}
+
+
+def _quant(a: Args) -> dict:
+    wide = [e for e in a.tensors if e[2] in ("bf16", "fp16", "fp32") and len(e[1]) >= 2]
+    if not wide:
+        return _generic(a)
+    _, x, t = wide[0]
+    out = {"token_count": _rows(x), "hidden_size": x[-1], "dtype": t}
+    ints = [i for i in a.ints() if i in (32, 64, 128, 256)]
+    if "group" in a.op and ints:
+        out["group_size"] = ints[0]
+    return out
+
+
+def _topk_filter(a: Args) -> dict:
+    ts = a.nd(2)
+    if not ts:
+        return _generic(a)
+    x = ts[0][1]
+    return {"seq_len": _rows(x), "hidden_size": x[-1]}
+
+
+def _embedding(a: Args) -> dict:
+    if len(a.tensors) < 2:
+        return _generic(a)
+    weight, idx = a.tensors[0][1], a.tensors[1][1]
+    return {"token_count": math.prod(idx), "hidden_size": weight[-1], "num_embeddings": weight[0], "dtype": a.tensors[0][2]}
+
+
+def _layer_norm(a: Args) -> dict:
+    if not a.tensors:
+        return {}
+    return {"shape": a.tensors[0][1], "dtype": a.tensors[0][2]}
+
+
+EXTRACTORS: dict[str, Callable[[Args], dict]] = {
+    "gemm": _gemm,
+    "block_scaled_mm": _gemm,
+    "rms_norm": _norm,
+    "fused_add_rms_norm": _norm,
+    "fused_rmsnorm_quant": _norm,
+    "silu_and_mul": _silu_and_mul,
+    "fused_qkv_rope": _rope,
+    "reshape_and_cache": _cache,
+    "unified_attention": _attention,
+    "paged_attention_decode": _paged_decode,
+    "attention_forward": _sdpa,
+    "fused_moe": _moe,
+    "fp8_blockscale_fused_moe": _moe,
+    "moe_topk_gating_softmax": _topk_softmax,
+    "moe_align_block_size": _moe_align,
+    "moe_count_and_sort": _moe_align,
+    "moe_sum_reduce": _moe_sum,
+    "fp8_dynamic_per_token_quant": _quant,
+    "per_token_group_quant_fp8": _quant,
+    "topk_filter": _topk_filter,
+    "embedding": _embedding,
+    "layer_norm": _layer_norm,
+}
+
+
+def shape_kwargs(operator: str, op: str | None, op_args: dict | None) -> dict:
+    """The operator's kwargs from its deciding op's recorded args ({dims, types, concrete}); {} if none."""
+    if not op_args:
+        return {}
+    a = Args(op or "", op_args.get("dims"), op_args.get("types"), op_args.get("concrete"))
+    kwargs = EXTRACTORS.get(operator, _generic)(a)
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def add_step_context(operator: str, kwargs: dict, step) -> dict:
+    """Attention kwargs completed from the step annotation: sequence count and mean kv length."""
+    if step is None or operator not in ("unified_attention", "paged_attention_decode"):
+        return kwargs
+    out = dict(kwargs)
+    reqs = (step.context_reqs or 0) + (step.generation_reqs or 0)
+    if operator == "unified_attention" and "num_seqs" not in out and reqs:
+        out["num_seqs"] = reqs
+    if operator == "paged_attention_decode" and step.generation_kv and step.generation_reqs:
+        out["ctx_len"] = round(step.generation_kv / step.generation_reqs)
+    return out

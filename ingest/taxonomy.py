@@ -1,0 +1,154 @@
+"""The operator taxonomy: op chain and kernel name → canonical operator, rules loaded from YAML."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+DEFAULT_PATH = Path(__file__).with_name("taxonomy.yaml")
+OTHER = "other"
+
+
+class TaxonomyError(ValueError):
+    """A taxonomy file that cannot be used, with the file and the problem named."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: an op-name and/or kernel-name pattern and the operator it assigns."""
+
+    operator: str
+    op: re.Pattern | None
+    kernel: re.Pattern | None
+    where: str  # "op_rules[3]" — names the rule in messages and in tests
+
+
+@dataclass(frozen=True)
+class Match:
+    """The operator chosen for one activity, the op-chain position that decided it, and how."""
+
+    operator: str
+    depth: int | None  # index into op_chain of the deciding op; None when decided by name/category
+    rule: str  # "op_rules[3]", "categories.memcpy", "kernel_rules[7]" or "none"
+
+
+@dataclass
+class Taxonomy:
+    """Validated rules; `classify` memoises per distinct (kernel, category, op chain)."""
+
+    path: str
+    operators: tuple[str, ...]
+    categories: dict[str, str]
+    op_rules: tuple[Rule, ...]
+    kernel_rules: tuple[Rule, ...]
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def classify(self, kernel: str, category: str, op_chain: list[str] | tuple[str, ...] | None) -> Match:
+        """The operator of one GPU activity: op rules innermost-first, then category, then kernel name."""
+        key = (kernel, category, tuple(op_chain) if op_chain is not None else ())
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._classify(*key)
+        return hit
+
+    def _classify(self, kernel: str, category: str, chain: tuple[str, ...]) -> Match:
+        kernel = kernel or ""
+        for depth in range(len(chain) - 1, -1, -1):
+            name = chain[depth]
+            for rule in self.op_rules:
+                if rule.op.search(name) and (rule.kernel is None or rule.kernel.search(kernel)):
+                    return Match(rule.operator, depth, rule.where)
+        if category in self.categories:
+            return Match(self.categories[category], None, f"categories.{category}")
+        for rule in self.kernel_rules:
+            if rule.kernel.search(kernel):
+                return Match(rule.operator, None, rule.where)
+        return Match(OTHER, None, "none")
+
+    def operator_of_kernel(self, kernel: str, category: str = "kernel") -> str:
+        """The operator a kernel name alone maps to (graph replays without a capture trace)."""
+        return self.classify(kernel, category, ()).operator
+
+
+def _compile(path: str, where: str, field_name: str, pattern) -> re.Pattern | None:
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str) or not pattern:
+        raise TaxonomyError(f"{path}: {where}.{field_name} must be a non-empty string")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise TaxonomyError(f"{path}: {where}.{field_name} is not a valid regex ({exc})") from None
+
+
+def _rules(path: str, doc: dict, section: str, operators: set[str], need: str) -> tuple[Rule, ...]:
+    raw = doc.get(section)
+    if not isinstance(raw, list):
+        raise TaxonomyError(f"{path}: `{section}` must be a list of rules")
+    rules = []
+    for i, item in enumerate(raw):
+        where = f"{section}[{i}]"
+        if not isinstance(item, dict):
+            raise TaxonomyError(f"{path}: {where} must be a mapping")
+        unknown = set(item) - {"operator", "op", "kernel"}
+        if unknown:
+            raise TaxonomyError(f"{path}: {where} has unknown keys {sorted(unknown)}")
+        operator = item.get("operator")
+        if operator not in operators:
+            raise TaxonomyError(f"{path}: {where} names operator {operator!r}, not in `operators`")
+        if item.get(need) is None:
+            raise TaxonomyError(f"{path}: {where} needs a `{need}` pattern")
+        op = _compile(path, where, "op", item.get("op"))
+        kernel = _compile(path, where, "kernel", item.get("kernel"))
+        rules.append(Rule(operator, op, kernel, where))
+    return tuple(rules)
+
+
+def parse_taxonomy(doc, path: str = "<taxonomy>") -> Taxonomy:
+    """A Taxonomy from an already-parsed YAML document, validated; TaxonomyError names the problem."""
+    if not isinstance(doc, dict):
+        raise TaxonomyError(f"{path}: top level must be a mapping")
+    operators = doc.get("operators")
+    if not isinstance(operators, list) or not all(isinstance(o, str) for o in operators):
+        raise TaxonomyError(f"{path}: `operators` must be a list of names")
+    if OTHER not in operators:
+        raise TaxonomyError(f"{path}: `operators` must include {OTHER!r}")
+    if len(set(operators)) != len(operators):
+        raise TaxonomyError(f"{path}: `operators` has duplicates")
+    known = set(operators)
+    categories = doc.get("categories") or {}
+    if not isinstance(categories, dict) or any(v not in known for v in categories.values()):
+        raise TaxonomyError(f"{path}: `categories` must map categories to listed operators")
+    return Taxonomy(
+        path=path,
+        operators=tuple(operators),
+        categories=dict(categories),
+        op_rules=_rules(path, doc, "op_rules", known, "op"),
+        kernel_rules=_rules(path, doc, "kernel_rules", known, "kernel"),
+    )
+
+
+def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
+    """The taxonomy at `path` (default: the one shipped in the package), validated."""
+    if path is None:
+        return _default()
+    return _load(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _default() -> Taxonomy:
+    return _load(DEFAULT_PATH)
+
+
+def _load(path: Path) -> Taxonomy:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise TaxonomyError(f"{path}: invalid YAML ({exc})") from None
+    return parse_taxonomy(doc, str(path))

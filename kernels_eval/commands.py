@@ -1,0 +1,21 @@
+"""`hotshape capture` (and later `eval`, `score`): the command-line face of kernels_eval."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run_capture(args: argparse.Namespace) -> int:
+    """Profile a model architecture with random weights into a Kineto trace."""
+    from kernels_eval.capture import capture_from_args
+
+    return capture_from_args(args)
+
+
+def register(subparsers) -> None:
+    """Add the kernels_eval commands to the hotshape command."""
+    from kernels_eval.capture import add_capture_arguments
+
+    c = subparsers.add_parser("capture", help="profile a model on a GPU into a Kineto trace")
+    add_capture_arguments(c)
+    c.set_defaults(func=run_capture)

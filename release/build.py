@@ -1,0 +1,349 @@
+"""Building and refreshing releases from traces: ingest → weights → selection → bundle."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from release import ids
+from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, json_bytes,
+                            read_release, table_file, weights_file, write_bundle)
+from release.schema import PHASES, PROVENANCE, ROOFLINE
+
+WEIGHT_COLUMNS = ("weight",) + tuple(f"weight_{p}" for p in PHASES)
+
+OUR_ROOFLINE = ("flops", "bytes_read", "bytes_written", "path", "t_roofline_s", "t_roofline_measured_s")
+
+
+# ---- our roofline, from the operator registry when it is installed -------------------------------
+
+def load_hardware_or_none() -> dict | None:
+    """The hardware table, or None while kernels_eval has no hardware module."""
+    try:
+        from kernels_eval.hardware import load_hardware
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("kernels_eval"):
+            return None
+        raise
+    return load_hardware()
+
+
+def _field(result, name):
+    return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+
+
+def our_roofline(operator: str, init_kwargs: dict, input_kwargs: dict, hardware: dict | None) -> dict[str, dict]:
+    """hardware name → our flops, bytes and roofline time for one problem; {} without the registry."""
+    if not hardware:
+        return {}
+    try:
+        from kernels_eval.roofline import problem_roofline
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("kernels_eval"):
+            return {}
+        raise
+    out = {}
+    for name in sorted(hardware):
+        try:
+            result = problem_roofline(operator, init_kwargs, input_kwargs, hardware[name])
+        except (LookupError, ValueError, NotImplementedError):
+            # Operator not in the registry or a dtype path this hardware lacks: no row, not a failure.
+            continue
+        out[name] = {f: _field(result, f) for f in OUR_ROOFLINE}
+    return out
+
+
+def roofline_rows(problem_id: str, operator: str, init_kwargs: dict, input_kwargs: dict,
+                  published: dict | None, hardware: dict | None) -> list[dict]:
+    """Roofline rows of one problem: ours per hardware, beside Atrex-Bench's published W, Q and SOL."""
+    ours = our_roofline(operator, init_kwargs, input_kwargs, hardware)
+    pub = {"w_flops": None, "w_flops_dtype": None, "q_read": None, "q_write": None}
+    sol = {}
+    if published is not None:
+        w = published.get("semantic_W_flops") or {}
+        if len(w) > 1:
+            raise ValueError(f"{operator}: semantic_W_flops with several dtypes {sorted(w)} is not supported")
+        if w:
+            (pub["w_flops_dtype"], pub["w_flops"]), = w.items()
+        pub["q_read"] = published.get("semantic_Q_read_bytes")
+        pub["q_write"] = published.get("semantic_Q_write_bytes")
+        sol = published.get("SOL_time_ms") or {}
+    names = sorted(set(ours) | set(sol))
+    if not names and published is not None:
+        names = [""]  # keep published W/Q even when no hardware has a SOL time
+    rows = []
+    for hw in names:
+        mine = ours.get(hw, {})
+        rows.append({"problem_id": problem_id, "hardware": hw, **{f: mine.get(f) for f in OUR_ROOFLINE},
+                     **pub, "sol_time_ms": sol.get(hw)})
+    return rows
+
+
+def roofline_frame(rows: list[dict]) -> pl.DataFrame:
+    """sealed/roofline rows as a frame with the ROOFLINE schema (empty when there are none)."""
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=ROOFLINE))
+
+
+def has_our_roofline(roofline: pl.DataFrame) -> bool:
+    """True when any row holds our roofline time (the registry was there at build time)."""
+    return roofline.height > 0 and roofline["t_roofline_s"].null_count() < roofline.height
+
+
+# ---- mining the traces ----------------------------------------------------------------------------
+
+@dataclass
+class Mined:
+    """What the traces of one fleet say: traces table, op_shape_time, fleet weights and selection."""
+
+    fleet: object
+    traces: pl.DataFrame
+    op_shape_time: pl.DataFrame
+    by_kernel: pl.DataFrame  # trace_id, operator, shape, op, kernel, gpu_ns: for provenance
+    quarantined: list[dict]
+    fleet_weights: pl.DataFrame
+    selected: pl.DataFrame
+    coverage: dict
+
+
+def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None = None, policy=None) -> Mined:
+    """Ingest every trace the fleet claims, weight by card-hours and select the hot problems."""
+    from ingest.classify import op_shape_time
+    from ingest.pipeline import ingest_many, traces_frame
+    from weighting.fleet import load_fleet
+    from weighting.selection import select_hot
+    from weighting.weights import fleet_weights
+
+    root = Path(traces_root)
+    fleet = load_fleet(fleet_path, root, accelerators=set(hardware) if hardware else None)
+    ost_parts, kernel_parts = [], []
+
+    def on_trace(result) -> None:
+        ev = result.events
+        if "operator" not in ev.columns:
+            raise ReleaseError(f"{result.summary['path']}: ingest gave no operator/shape/phase columns")
+        ost_parts.append(op_shape_time(ev))
+        kernel_parts.append(ev.group_by("trace_id", "operator", "shape", "op", "kernel")
+                            .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns")))
+
+    paths = [root / p for p in sorted(fleet.assignment())]
+    result = ingest_many(paths, root=root, on_trace=on_trace)
+    if not result.traces:
+        raise ReleaseError(f"{root}: none of the {len(paths)} traces claimed by {fleet_path} could be read")
+    traces = traces_frame(result.traces)
+    ost = pl.concat(ost_parts, how="vertical_relaxed")
+    fw = fleet_weights(ost, traces, fleet)
+    selected, coverage = select_hot(fw, policy)
+    return Mined(fleet, traces, ost, pl.concat(kernel_parts, how="vertical_relaxed"), result.quarantined,
+                 fw, selected, coverage)
+
+
+def problems_of(selected: pl.DataFrame, key: bytes) -> pl.DataFrame:
+    """Selected (operator, shape) rows as problems: id, operator, kwargs split, dtypes, weights."""
+    from kernels_eval.registry import split_kwargs
+
+    rows = []
+    for r in selected.iter_rows(named=True):
+        kwargs = json.loads(r["shape"])
+        try:
+            init, inputs = split_kwargs(r["operator"], kwargs)
+        except (KeyError, LookupError, ModuleNotFoundError):
+            init, inputs = {}, kwargs  # kwargs the registry does not know stay inputs, nothing is dropped
+        dtypes = {k: v for k, v in kwargs.items() if "dtype" in k}
+        canon = ids.canonical_problem(r["operator"], init, inputs, dtypes)
+        rows.append({"problem_id": ids.problem_id(key, canon), "operator": r["operator"], "shape": r["shape"],
+                     "init_kwargs": ids.canonical_json(init), "input_kwargs": ids.canonical_json(inputs),
+                     "dtypes": ids.canonical_json(dtypes), **{c: r[c] for c in WEIGHT_COLUMNS}})
+    frame = pl.DataFrame(rows, schema={"problem_id": pl.String, "operator": pl.String, "shape": pl.String,
+                                       "init_kwargs": pl.String, "input_kwargs": pl.String, "dtypes": pl.String,
+                                       **{c: pl.Float64 for c in WEIGHT_COLUMNS}})
+    if frame["problem_id"].n_unique() != frame.height:
+        raise ReleaseError("two selected shapes map to the same problem (same operator, kwargs and dtypes)")
+    return frame
+
+
+def provenance_of(problems: pl.DataFrame, mined: Mined) -> pl.DataFrame:
+    """sealed/provenance rows: deployments, models, frameworks, raw names, traces and times per problem."""
+    path_of = dict(mined.traces.select("trace_id", "path").iter_rows())
+    owner = mined.fleet.assignment()
+    deps = {d.id: d for d in mined.fleet.deployments}
+    per = mined.by_kernel.join(problems.select("problem_id", "operator", "shape"), on=["operator", "shape"])
+    rows = []
+    for (pid,), g in per.sort("trace_id", "op", "kernel").group_by("problem_id", maintain_order=True):
+        t = g.group_by("trace_id").agg(pl.col("gpu_ns").sum()).sort("trace_id")
+        files = [path_of[x] for x in t["trace_id"].to_list()]
+        dep_ids = sorted({owner[f] for f in files if f in owner})
+        rows.append({
+            "problem_id": pid, "source": "traces", "source_key": g["operator"][0] + " " + g["shape"][0],
+            "deployments": dep_ids, "models": sorted({deps[d].model for d in dep_ids}),
+            "frameworks": sorted({deps[d].framework for d in dep_ids}),
+            "raw_ops": sorted(set(g["op"].drop_nulls().to_list())),
+            "kernels": sorted(set(g["kernel"].drop_nulls().to_list())),
+            "trace_ids": t["trace_id"].to_list(), "trace_files": files,
+            "profile_gpu_ns": t["gpu_ns"].to_list(), "record": "{}",
+        })
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=PROVENANCE))
+
+
+def fleet_secrets(mined: Mined) -> list[str]:
+    """Sealed strings of the whole fleet, selected or not: deployments, models, frameworks, traces."""
+    out = [s for d in mined.fleet.deployments for s in (d.id, d.model, d.framework)]
+    out += mined.traces["trace_id"].to_list() + mined.traces["path"].to_list()
+    out += [q["path"] for q in mined.quarantined]
+    return out
+
+
+# ---- build and refresh ----------------------------------------------------------------------------
+
+def _normalised(frame: pl.DataFrame) -> pl.DataFrame:
+    for c in WEIGHT_COLUMNS:
+        total = math.fsum(frame[c].to_list())
+        frame = frame.with_columns(pl.col(c) / total if total > 0 else pl.lit(0.0).alias(c))
+    return frame
+
+
+def _created(created: str | None, fleet) -> str | None:
+    """The release date: given, else the end of the fleet window; never the clock."""
+    if created is not None:
+        return str(created)
+    window = getattr(fleet, "window", None) or {}
+    return str(window["end"]) if window.get("end") is not None else None
+
+
+def _coverage(report: dict) -> dict:
+    return {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _phase_split(fw: pl.DataFrame) -> dict[str, float]:
+    total = math.fsum(fw["fleet_share"].to_list())
+    return {p: (math.fsum(fw.filter(pl.col("phase") == p)["fleet_share"].to_list()) / total if total else 0.0)
+            for p in (*PHASES, "unknown")}
+
+
+def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict, provenance: pl.DataFrame,
+            secrets: list[str], replace: bool) -> dict:
+    """Add the card, run the leak check on the finished bundle, and move it into place."""
+    from release.card import card_files
+    from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
+
+    files = dict(files)
+    files.update(card_files(info, manifest, weights))
+    files[SEALED_FILES["provenance"]] = table_file(SEALED_FILES["provenance"], provenance, "provenance", ("problem_id",))
+    sealed = sealed_strings(provenance, secrets)
+    vocab = public_vocabulary(manifest) | set(PHASES) | {"unknown"}
+    report: dict = {}
+    written = write_bundle(out, files, info, replace=replace,
+                           check=lambda tmp: report.update(assert_no_leak(tmp, sealed, vocab).summary()))
+    return {"release": str(out), "name": written["name"], "problems": manifest.height,
+            "operators": manifest["operator"].n_unique(), "weights_versions": [w["version"] for w in written["weights"]],
+            "leak_check": report, "sha256": written["files"]}
+
+
+def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, name: str | None = None,
+                  key: bytes | str | None = None, created: str | None = None, policy=None,
+                  hardware: dict | None = None) -> dict:
+    """Build a new release at `out` from a trace root and fleet.yaml; a summary of what was written."""
+    hardware = load_hardware_or_none() if hardware is None else hardware
+    mined = mine(traces, fleet, hardware, policy)
+    key, key_source = ids.resolve_key(key, derive_from=(
+        ids.canonical_json(sorted(mined.traces["trace_id"].to_list())).encode(), Path(fleet).read_bytes()))
+    probs = problems_of(mined.selected, key)
+    roof = [r for p in probs.iter_rows(named=True) for r in roofline_rows(
+        p["problem_id"], p["operator"], json.loads(p["init_kwargs"]), json.loads(p["input_kwargs"]), None, hardware)]
+    roof = roofline_frame(roof)
+    manifest = probs.select("problem_id", "operator", "init_kwargs", "input_kwargs", "dtypes")
+    weights = probs.select("problem_id", *WEIGHT_COLUMNS)
+    when = _created(created, mined.fleet)
+    cov = _coverage(mined.coverage)
+    policy_used = mined.coverage.get("policy")
+    info = {
+        "name": name or Path(out).name, "version": "1.0", "parent": None, "created": when,
+        "source": {"kind": "traces", "profiles": mined.traces.height, "quarantined": len(mined.quarantined),
+                   "deployments": len(mined.fleet.deployments)},
+        "key_source": key_source,
+        "counts": {"problems": manifest.height, "operators": manifest["operator"].n_unique()},
+        "coverage": cov, "phase_split": _phase_split(mined.fleet_weights),
+        "policy": asdict(policy_used) if is_dataclass(policy_used) else policy_used,
+        "weights": [{"version": 1, "file": weights_file(1), "created": when,
+                     "coverage": cov.get("coverage_of_fleet")}],
+        "roofline": {"ours": has_our_roofline(roof)},
+    }
+    files = {
+        MANIFEST_FILE: table_file(MANIFEST_FILE, manifest, "manifest", ("operator", "problem_id")),
+        weights_file(1): table_file(weights_file(1), weights, "weights", ("problem_id",)),
+        SEALED_FILES["roofline"]: table_file(SEALED_FILES["roofline"], roof, "roofline", ("problem_id", "hardware")),
+    }
+    if key_source != "environment":
+        files[ids.KEY_FILE] = key.hex().encode() + b"\n"
+    return _finish(out, files, info, manifest, {1: weights}, provenance_of(probs, mined),
+                   fleet_secrets(mined), replace=False) | {"coverage": cov}
+
+
+def _merge_provenance(old: pl.DataFrame | None, new: pl.DataFrame) -> pl.DataFrame:
+    """Old provenance extended by the new traces' (lists unioned; a trace's time is its latest)."""
+    if old is None or old.height == 0:
+        return new
+    new_by = {r["problem_id"]: r for r in new.iter_rows(named=True)}
+    rows = []
+    for r in old.iter_rows(named=True):
+        n = new_by.pop(r["problem_id"], None)
+        if n is not None:
+            for c in ("deployments", "models", "frameworks", "raw_ops", "kernels"):
+                r[c] = sorted(set(r[c] or []) | set(n[c] or []))
+            times = dict(zip(r["trace_ids"], r["profile_gpu_ns"])) | dict(zip(n["trace_ids"], n["profile_gpu_ns"]))
+            files = dict(zip(r["trace_ids"], r["trace_files"])) | dict(zip(n["trace_ids"], n["trace_files"]))
+            r["trace_ids"] = sorted(times)
+            r["profile_gpu_ns"] = [times[t] for t in r["trace_ids"]]
+            r["trace_files"] = [files.get(t, "") for t in r["trace_ids"]]
+        rows.append(r)
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=PROVENANCE))
+
+
+def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None = None,
+                    policy=None, hardware: dict | None = None) -> dict:
+    """Add weights vN+1 to `release` from the current traces, over the same problem ids.
+
+    Problems no longer hot get weight 0; the rest are renormalised to sum to 1 (each phase column
+    too). Hot shapes the release lacks become public/candidates/vN+1.parquet, and the drift
+    against vN is written to public/drift/vN+1.json.
+    """
+    from weighting.drift import compare
+
+    rel = read_release(release)
+    key, _ = ids.resolve_key(release=release)
+    hardware = load_hardware_or_none() if hardware is None else hardware
+    mined = mine(traces, fleet, hardware, policy)
+    new = problems_of(mined.selected, key)
+    ids_now = set(rel.manifest["problem_id"].to_list())
+    kept = new.filter(pl.col("problem_id").is_in(ids_now))
+    if kept.height == 0:
+        raise ReleaseError(f"{release}: none of its problems is hot in these traces; build a new release instead")
+    weights = _normalised(rel.manifest.select("problem_id").join(
+        kept.select("problem_id", *WEIGHT_COLUMNS), on="problem_id", how="left").fill_null(0.0))
+    cands = new.filter(~pl.col("problem_id").is_in(ids_now)).rename({"weight": "share"})
+    v = rel.versions[-1] + 1
+    old_w = rel.weights().join(rel.manifest.select("problem_id", "operator"), on="problem_id")
+    new_w = weights.join(rel.manifest.select("problem_id", "operator"), on="problem_id")
+    drift = compare(old_w, new_w).to_dict()
+    when = _created(created, mined.fleet)
+    cov = _coverage(mined.coverage)
+    info = {k: v_ for k, v_ in rel.info.items() if k not in ("files", "format")}
+    info["weights"] = list(info.get("weights", [])) + [{
+        "version": v, "file": weights_file(v), "created": when, "parent": v - 1,
+        "coverage": cov.get("coverage_of_fleet"),
+        "hot_weight_covered": math.fsum(kept["weight"].to_list()),
+        "dropped": int((weights["weight"] == 0).sum()), "candidates": cands.height, "drift": drift_file(v)}]
+    files = {k: b for k, b in rel.all_files().items() if k not in ("README.md",) and not k.startswith("plots/")}
+    files[weights_file(v)] = table_file(weights_file(v), weights, "weights", ("problem_id",))
+    files[candidates_file(v)] = table_file(candidates_file(v), cands, "candidates", ("operator", "problem_id"))
+    files[drift_file(v)] = json_bytes(drift)
+    all_weights = {x: rel.weights(x) for x in rel.versions} | {v: weights}
+    provenance = _merge_provenance(rel.sealed("provenance"), provenance_of(kept, mined))
+    summary = _finish(release, files, info, rel.manifest, all_weights, provenance,
+                      fleet_secrets(mined), replace=True)
+    return summary | {"version": v, "dropped": info["weights"][-1]["dropped"], "candidates": cands.height,
+                      "drift": {k: drift[k] for k in ("total_variation", "js_divergence", "spearman")}}

@@ -1,0 +1,122 @@
+"""fleet_weights against the DESIGN.md formula, computed here independently with plain loops."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import polars as pl
+import pytest
+
+import planted
+from conftest import CARD_HOURS, DIR_OWNER, write_fleet
+from weighting.fleet import FleetError, load_fleet
+from weighting.weights import fleet_weights, phase_factors
+
+ACC = {"H200", "MI300X", "B200"}
+
+
+def expected_fleet(traces: pl.DataFrame, ost: pl.DataFrame, mixes: dict) -> dict:
+    """fleet(o,s,φ) = Σ_d card_hours_d · share_d(o,s,φ), share_d = mean_p t_p/T_p, phase_mix applied."""
+    total_of, dep_of = {}, {}
+    for row in traces.iter_rows(named=True):
+        total_of[row["trace_id"]] = row["gpu_ns"]
+        dep_of[row["trace_id"]] = DIR_OWNER[row["path"].split("/")[0]]
+    profiles = defaultdict(set)
+    for tid, dep in dep_of.items():
+        profiles[dep].add(tid)
+    share = defaultdict(lambda: defaultdict(float))
+    for row in ost.iter_rows(named=True):
+        dep = dep_of[row["trace_id"]]
+        key = (row["operator"], row["shape"], row["phase"])
+        share[dep][key] += row["gpu_ns"] / total_of[row["trace_id"]] / len(profiles[dep])
+    fleet = defaultdict(float)
+    for dep, shares in share.items():
+        mix = mixes.get(dep)
+        if mix:
+            labelled = sum(v for k, v in shares.items() if k[2] != "unknown")
+            per_phase = defaultdict(float)
+            for k, v in shares.items():
+                per_phase[k[2]] += v
+            shares = {k: (v * mix[k[2]] * labelled / per_phase[k[2]] if k[2] != "unknown" else v) for k, v in shares.items()}
+        for k, v in shares.items():
+            fleet[k] += CARD_HOURS[dep] * v
+    return dict(fleet)
+
+
+def test_planted_fleet_recovers_the_formula(planted_fleet):
+    root, fleet_yaml, traces, ost, mixes = planted_fleet
+    assert mixes, "the planted fleet must exercise phase_mix"
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    got = fleet_weights(ost, traces, fleet)
+    want = expected_fleet(traces, ost, mixes)
+    got_map = {(r["operator"], r["shape"], r["phase"]): r["fleet_card_hours"] for r in got.iter_rows(named=True)}
+    assert set(got_map) == set(want)
+    for key, value in want.items():
+        assert got_map[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+    total = sum(CARD_HOURS.values())
+    assert got["fleet_share"].to_list() == pytest.approx([v / total for v in got["fleet_card_hours"]], rel=1e-12)
+
+
+def test_planted_trace_times_are_the_files_gpu_time(planted_fleet):
+    root, _, traces, _, _ = planted_fleet
+    for row in traces.iter_rows(named=True):
+        direct = planted.gpu_ns_of(root / row["path"])
+        # ingest rounds each µs duration to whole ns: at most 1 ns per event apart
+        assert abs(row["gpu_ns"] - direct) <= row["events"], row["path"]
+
+
+def test_phase_mix_keeps_total_and_unknown_and_sets_the_split(planted_fleet):
+    root, fleet_yaml, traces, ost, mixes = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    with_mix = fleet_weights(ost, traces, fleet)
+    bare_yaml = fleet_yaml.with_name("fleet_nomix.yaml")
+    import yaml
+
+    doc = yaml.safe_load(fleet_yaml.read_text())
+    for d in doc["deployments"]:
+        d.pop("phase_mix", None)
+    bare_yaml.write_text(yaml.safe_dump(doc))
+    without = fleet_weights(ost, traces, load_fleet(bare_yaml, root, accelerators=ACC))
+
+    def by_phase(frame):
+        return dict(frame.group_by("phase").agg(pl.col("fleet_card_hours").sum()).iter_rows())
+
+    a, b = by_phase(with_mix), by_phase(without)
+    assert math.fsum(a.values()) == pytest.approx(math.fsum(b.values()), rel=1e-12)
+    assert a.get("unknown", 0.0) == pytest.approx(b.get("unknown", 0.0), rel=1e-12)
+    assert any(abs(a[p] - b[p]) > 1e-6 * b[p] for p in a if p != "unknown")
+
+
+def test_phase_factors_split_and_errors():
+    f = phase_factors({"prefill": 0.2, "decode": 0.6}, {"prefill": 0.5, "decode": 0.5}, "x")
+    assert 0.2 * f["prefill"] == pytest.approx(0.4) and 0.6 * f["decode"] == pytest.approx(0.4)
+    with pytest.raises(FleetError, match="no entry for 'mixed'"):
+        phase_factors({"prefill": 0.2, "mixed": 0.1}, {"prefill": 1.0}, "dep")
+    with pytest.raises(FleetError, match="phase_mix.decode"):
+        phase_factors({"prefill": 0.2}, {"prefill": 0.5, "decode": 0.5}, "dep")
+
+
+def test_results_do_not_depend_on_row_order(planted_fleet):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    first = fleet_weights(ost, traces, fleet)
+    again = fleet_weights(ost.sample(fraction=1.0, shuffle=True, seed=7), traces.reverse(), fleet)
+    assert first.equals(again)
+    assert first.to_arrow().equals(again.to_arrow())
+
+
+def test_deployment_without_ingested_traces_is_an_error(planted_fleet, tmp_path):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    kept = traces.filter(~pl.col("path").str.starts_with("mi210/") & ~pl.col("path").str.starts_with("alexnet/"))
+    with pytest.raises(FleetError, match="train-misc"):
+        fleet_weights(ost, kept, fleet)
+
+
+def test_more_attributed_than_total_is_an_error(planted_fleet):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    halved = traces.with_columns(pl.col("gpu_ns") // 1000)
+    with pytest.raises(ValueError, match="more than its gpu_ns"):
+        fleet_weights(ost, halved, fleet)

@@ -1,0 +1,216 @@
+"""Drift between two weight sets: per-problem and per-operator deltas, divergences, rank correlation."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from weighting.schema import DRIFT_OPERATORS, DRIFT_PROBLEMS, PHASE_WEIGHTS, validate
+
+
+def as_weight_set(frame: pl.DataFrame, name: str = "weights") -> pl.DataFrame:
+    """problem_id, operator, weight (+ phase weights) of a weights table or a selection (operator, shape)."""
+    if "problem_id" not in frame.columns:
+        if not {"operator", "shape"} <= set(frame.columns):
+            raise ValueError(f"{name}: needs column 'problem_id' (or 'operator' and 'shape')")
+        # A selection has no keyed id yet: the canonical problem itself is the key.
+        frame = frame.with_columns((pl.col("operator") + pl.lit(" ") + pl.col("shape")).alias("problem_id"))
+    missing = [c for c in ("operator", "weight") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name}: missing columns {missing}")
+    if frame["problem_id"].is_duplicated().any():
+        raise ValueError(f"{name}: problem_id {frame.filter(pl.col('problem_id').is_duplicated())['problem_id'][0]!r} appears twice")
+    if frame["weight"].is_null().any() or (frame["weight"] < 0).any():
+        raise ValueError(f"{name}: column 'weight' has null or negative values")
+    phases = [c for c in PHASE_WEIGHTS if c in frame.columns]
+    return frame.select("problem_id", pl.col("operator").cast(pl.String), pl.col("weight").cast(pl.Float64), *phases)
+
+
+def read_weight_set(path: str | Path) -> tuple[pl.DataFrame, str]:
+    """A weight set and its label from a weights Parquet file or a release directory (its latest weights).
+
+    A weights file without `operator` (a release's public/weights/vN.parquet) takes it from the
+    release's public/manifest.parquet, joined on problem_id.
+    """
+    path = Path(path)
+    if path.is_dir():
+        versions = {}
+        for f in (path / "public" / "weights").glob("v*.parquet"):
+            m = re.fullmatch(r"v(\d+)\.parquet", f.name)
+            if m:
+                versions[int(m.group(1))] = f
+        if not versions:
+            raise ValueError(f"{path}: not a release directory (no public/weights/vN.parquet)")
+        file, label = versions[max(versions)], f"{path.name}/v{max(versions)}"
+    elif path.is_file():
+        file, label = path, path.stem if path.parent.name != "weights" else f"{path.parent.parent.parent.name}/{path.stem}"
+    else:
+        raise ValueError(f"{path}: no such weights file or release directory")
+    frame = pl.read_parquet(file)
+    if "operator" not in frame.columns and "problem_id" in frame.columns:
+        manifest = file.parent.parent / "manifest.parquet"
+        if not manifest.is_file():
+            raise ValueError(f"{file}: no column 'operator' and no {manifest} to take it from")
+        ops = pl.read_parquet(manifest, columns=["problem_id", "operator"])
+        frame = frame.join(ops, on="problem_id", how="left")
+        lost = frame.filter(pl.col("operator").is_null())
+        if lost.height:
+            raise ValueError(f"{file}: problem_id {lost['problem_id'][0]!r} is not in {manifest}")
+    return as_weight_set(frame, str(file)), label
+
+
+def _normalised(values: np.ndarray) -> np.ndarray:
+    total = math.fsum(values.tolist())
+    return values / total if total > 0 else values
+
+
+def js_divergence(p, q) -> float:
+    """Jensen–Shannon divergence in bits (0 = same distribution, 1 = disjoint) of two weight vectors."""
+    p, q = _normalised(np.asarray(p, float)), _normalised(np.asarray(q, float))
+    m = (p + q) / 2
+
+    def kl(a):
+        nz = a > 0
+        return float(np.sum(a[nz] * np.log2(a[nz] / m[nz])))
+
+    return max(0.0, 0.5 * kl(p) + 0.5 * kl(q))
+
+
+def total_variation(p, q) -> float:
+    """Total variation distance: the weight that has to move to turn one set into the other."""
+    p, q = _normalised(np.asarray(p, float)), _normalised(np.asarray(q, float))
+    return 0.5 * float(np.sum(np.abs(p - q)))
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks with ties given their average rank."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    sorted_vals = values[order]
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and sorted_vals[j + 1] == sorted_vals[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a, b) -> float | None:
+    """Spearman rank correlation (ties averaged); None when fewer than 2 items or a constant side."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) < 2:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = math.sqrt(float(np.sum(ra * ra)) * float(np.sum(rb * rb)))
+    return float(np.sum(ra * rb) / denom) if denom > 0 else None
+
+
+@dataclass
+class DriftReport:
+    """How a weight set moved from `old` to `new` (weights normalised to sum to 1 on each side)."""
+
+    problems: pl.DataFrame
+    operators: pl.DataFrame
+    js_divergence: float
+    total_variation: float
+    operator_js_divergence: float
+    operator_total_variation: float
+    spearman: float | None  # over problems present in both
+    operator_spearman: float | None
+    sum_old: float  # raw sums, before normalising (Atrex-Bench's published weights sum to 1.0948)
+    sum_new: float
+    phase_total_variation: dict = field(default_factory=dict)
+
+    @property
+    def newly_hot(self) -> list[str]:
+        """Problems with weight only in the new set."""
+        return self.problems.filter(pl.col("status") == "newly_hot")["problem_id"].to_list()
+
+    @property
+    def newly_cold(self) -> list[str]:
+        """Problems with weight only in the old set."""
+        return self.problems.filter(pl.col("status") == "newly_cold")["problem_id"].to_list()
+
+    def to_dict(self, top: int = 20) -> dict:
+        """A JSON-ready summary with the `top` biggest movers."""
+        movers = self.problems.head(top).to_dicts()
+        return {
+            "n_old": int((self.problems["weight_old"] > 0).sum()),
+            "n_new": int((self.problems["weight_new"] > 0).sum()),
+            "n_kept": int((self.problems["status"] == "kept").sum()),
+            "sum_old": self.sum_old,
+            "sum_new": self.sum_new,
+            "js_divergence": self.js_divergence,
+            "total_variation": self.total_variation,
+            "operator_js_divergence": self.operator_js_divergence,
+            "operator_total_variation": self.operator_total_variation,
+            "spearman": self.spearman,
+            "operator_spearman": self.operator_spearman,
+            "phase_total_variation": self.phase_total_variation,
+            "newly_hot": self.newly_hot,
+            "newly_cold": self.newly_cold,
+            "top_problem_movers": movers,
+            "operators": self.operators.to_dicts(),
+        }
+
+
+def _by_abs_delta(frame: pl.DataFrame, key: str) -> pl.DataFrame:
+    return frame.with_columns(pl.col("delta").abs().alias("_abs")).sort(["_abs", key], descending=[True, False]).drop("_abs")
+
+
+def compare(old: pl.DataFrame, new: pl.DataFrame) -> DriftReport:
+    """The drift from weight set `old` to `new` (frames as `as_weight_set` accepts)."""
+    old, new = as_weight_set(old, "old"), as_weight_set(new, "new")
+    sum_old, sum_new = math.fsum(old["weight"].to_list()), math.fsum(new["weight"].to_list())
+    joined = old.join(new, on="problem_id", how="full", coalesce=True, suffix="_new")
+    clash = joined.filter(pl.col("operator").is_not_null() & pl.col("operator_new").is_not_null() & (pl.col("operator") != pl.col("operator_new")))
+    if clash.height:
+        raise ValueError(f"problem {clash['problem_id'][0]!r} has operator {clash['operator'][0]!r} in old, {clash['operator_new'][0]!r} in new")
+    w_old = _normalised(joined["weight"].fill_null(0.0).to_numpy())
+    w_new = _normalised(joined["weight_new"].fill_null(0.0).to_numpy())
+    problems = joined.select(
+        "problem_id", pl.coalesce("operator_new", "operator").alias("operator")
+    ).with_columns(pl.Series("weight_old", w_old), pl.Series("weight_new", w_new))
+    problems = problems.with_columns(
+        (pl.col("weight_new") - pl.col("weight_old")).alias("delta"),
+        pl.when(pl.col("weight_old") <= 0).then(pl.lit("newly_hot"))
+        .when(pl.col("weight_new") <= 0).then(pl.lit("newly_cold"))
+        .otherwise(pl.lit("kept")).alias("status"),
+    ).filter((pl.col("weight_old") > 0) | (pl.col("weight_new") > 0))
+    problems = validate(_by_abs_delta(problems, "problem_id"), DRIFT_PROBLEMS, "drift_problems")
+
+    ops = problems.sort("problem_id").group_by("operator").agg(pl.col("weight_old").sum(), pl.col("weight_new").sum())
+    ops = ops.with_columns((pl.col("weight_new") - pl.col("weight_old")).alias("delta"))
+    ops = validate(_by_abs_delta(ops, "operator"), DRIFT_OPERATORS, "drift_operators")
+    kept = problems.filter(pl.col("status") == "kept")
+    ops_both = ops.filter((pl.col("weight_old") > 0) & (pl.col("weight_new") > 0))
+
+    phase_tv = {}
+    for col in PHASE_WEIGHTS:
+        if col in old.columns and col in new.columns:
+            both = old.select("problem_id", col).join(new.select("problem_id", col), on="problem_id", how="full", coalesce=True, suffix="_new")
+            a, b = both[col].fill_null(0.0).to_numpy(), both[f"{col}_new"].fill_null(0.0).to_numpy()
+            if a.sum() > 0 and b.sum() > 0:
+                phase_tv[col] = total_variation(a, b)
+
+    return DriftReport(
+        problems=problems,
+        operators=ops,
+        js_divergence=js_divergence(w_old, w_new),
+        total_variation=total_variation(w_old, w_new),
+        operator_js_divergence=js_divergence(ops["weight_old"].to_numpy(), ops["weight_new"].to_numpy()),
+        operator_total_variation=total_variation(ops["weight_old"].to_numpy(), ops["weight_new"].to_numpy()),
+        spearman=spearman(kept["weight_old"].to_numpy(), kept["weight_new"].to_numpy()),
+        operator_spearman=spearman(ops_both["weight_old"].to_numpy(), ops_both["weight_new"].to_numpy()),
+        sum_old=sum_old,
+        sum_new=sum_new,
+        phase_total_variation=phase_tv,
+    )

@@ -1,0 +1,230 @@
+"""The fleet registry: fleet.yaml's deployments, validated, with each trace file assigned to one."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+import yaml
+
+PHASES = ("prefill", "decode", "mixed")
+# Files under the trace root that are profiles; sidecars (execution_details.json) are not.
+TRACE_SUFFIXES = (".json.gz", ".json", ".sqlite", ".csv")
+SIDECAR_NAMES = ("execution_details.json",)
+
+
+class FleetError(ValueError):
+    """fleet.yaml is invalid; the message names the file, the deployment and the field."""
+
+
+class FleetWarning(UserWarning):
+    """fleet.yaml is usable but something looks wrong (e.g. a trace no deployment claims)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment: what it serves on, how much of the fleet it is, and its profiles."""
+
+    id: str
+    model: str
+    framework: str
+    accelerator: str
+    card_hours: float
+    phase_mix: dict[str, float] | None
+    traces: tuple[str, ...]  # glob patterns relative to the trace root
+    paths: tuple[str, ...] = ()  # matched trace files, relative posix paths, sorted
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """All deployments of one fleet.yaml and the trace → deployment assignment."""
+
+    source: str
+    trace_root: str
+    deployments: tuple[Deployment, ...]
+    window: dict | None = None
+    unclaimed: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def deployment(self, deployment_id: str) -> Deployment:
+        """The deployment with this id."""
+        for d in self.deployments:
+            if d.id == deployment_id:
+                return d
+        raise KeyError(deployment_id)
+
+    def assignment(self) -> dict[str, str]:
+        """Trace path (relative to the trace root) → deployment id."""
+        return {p: d.id for d in self.deployments for p in d.paths}
+
+
+def _hardware_names() -> set[str]:
+    from kernels_eval.hardware import load_hardware  # torch-free by contract
+
+    return set(load_hardware())
+
+
+def _is_trace(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    return name not in SIDECAR_NAMES and name.endswith(TRACE_SUFFIXES)
+
+
+class _Root:
+    """A trace root, local or fsspec URL, that can list and glob files as relative posix paths."""
+
+    def __init__(self, root: str | Path):
+        self.text = str(root)
+        if "://" in self.text:
+            import fsspec
+
+            self.fs, self.base = fsspec.core.url_to_fs(self.text)
+        else:
+            self.fs, self.base = None, Path(root)
+
+    def glob(self, pattern: str) -> list[str]:
+        if self.fs is None:
+            hits = [p for p in self.base.glob(pattern) if p.is_file()]
+            return sorted(p.relative_to(self.base).as_posix() for p in hits)
+        base = self.base.rstrip("/")
+        hits = self.fs.glob(f"{base}/{pattern}")
+        return sorted(h[len(base) + 1 :] for h in hits if self.fs.isfile(h))
+
+    def all_traces(self) -> list[str]:
+        return [p for p in self.glob("**/*") if _is_trace(p)]
+
+
+def _positive(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FleetError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise FleetError(f"{where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _card_hours(raw: dict, where: str) -> float:
+    raw = {k: raw.get(k) for k in ("card_hours", "cards", "hours") if raw.get(k) is not None}
+    has_total = "card_hours" in raw
+    has_parts = "cards" in raw or "hours" in raw
+    if not has_total and not has_parts:
+        raise FleetError(f"{where}: missing field 'card_hours' (or 'cards' and 'hours')")
+    if has_parts and not ("cards" in raw and "hours" in raw):
+        missing = "hours" if "cards" in raw else "cards"
+        raise FleetError(f"{where}: field 'cards' needs 'hours' too (missing '{missing}')")
+    total = _positive(raw["card_hours"], f"{where}.card_hours") if has_total else None
+    if has_parts:
+        product = _positive(raw["cards"], f"{where}.cards") * _positive(raw["hours"], f"{where}.hours")
+        if total is not None and not math.isclose(total, product, rel_tol=1e-9):
+            raise FleetError(f"{where}: card_hours {total} disagrees with cards × hours = {product}")
+        total = product
+    return total
+
+
+def _phase_mix(raw, where: str) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw:
+        raise FleetError(f"{where}.phase_mix must be a non-empty mapping of phase → fraction")
+    mix = {}
+    for phase, value in raw.items():
+        if phase not in PHASES:
+            raise FleetError(f"{where}.phase_mix: unknown phase {phase!r} (known: {', '.join(PHASES)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise FleetError(f"{where}.phase_mix.{phase} must be a fraction in [0, 1], got {value!r}")
+        mix[phase] = float(value)
+    if not math.isclose(math.fsum(mix.values()), 1.0, abs_tol=1e-9):
+        raise FleetError(f"{where}.phase_mix must sum to 1, sums to {math.fsum(mix.values())}")
+    return mix
+
+
+def _text(raw: dict, key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise FleetError(f"{where}: missing or empty field '{key}'")
+    return value
+
+
+def _deployment(raw, index: int, source: str, accelerators: set[str]) -> Deployment:
+    if not isinstance(raw, dict):
+        raise FleetError(f"{source}: deployments[{index}] must be a mapping")
+    where = f"{source}: deployment {raw.get('id', f'#{index}')!r}"
+    dep_id = _text(raw, "id", f"{source}: deployments[{index}]")
+    accelerator = _text(raw, "accelerator", where)
+    if accelerator not in accelerators:
+        known = ", ".join(sorted(accelerators))
+        raise FleetError(f"{where}: unknown accelerator {accelerator!r} in field 'accelerator' (known: {known})")
+    traces = raw.get("traces")
+    if isinstance(traces, str):
+        traces = [traces]
+    if not traces or not all(isinstance(t, str) and t for t in traces):
+        raise FleetError(f"{where}: field 'traces' must be a non-empty list of globs")
+    return Deployment(
+        id=dep_id,
+        model=_text(raw, "model", where),
+        framework=_text(raw, "framework", where),
+        accelerator=accelerator,
+        card_hours=_card_hours(raw, where),
+        phase_mix=_phase_mix(raw.get("phase_mix"), where),
+        traces=tuple(traces),
+    )
+
+
+def load_fleet(
+    path: str | Path,
+    trace_root: str | Path,
+    *,
+    accelerators: Iterable[str] | None = None,
+    known_traces: Iterable[str] | None = None,
+) -> Fleet:
+    """The validated fleet of `path`, with every deployment's globs resolved under `trace_root`.
+
+    Errors (FleetError) name the file, deployment and field; a trace that no deployment claims
+    is a FleetWarning. `known_traces` (relative paths, e.g. traces.parquet's `path`) replaces
+    the scan of the trace root for that check; `accelerators` replaces the hardware table.
+    """
+    source = str(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise FleetError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("deployments"), list) or not doc["deployments"]:
+        raise FleetError(f"{source}: field 'deployments' must be a non-empty list")
+    names = set(accelerators) if accelerators is not None else _hardware_names()
+    deployments = [_deployment(raw, i, source, names) for i, raw in enumerate(doc["deployments"])]
+    seen: set[str] = set()
+    for d in deployments:
+        if d.id in seen:
+            raise FleetError(f"{source}: deployment id {d.id!r} appears twice (field 'id')")
+        seen.add(d.id)
+
+    root = _Root(trace_root)
+    owner: dict[str, str] = {}
+    resolved = []
+    for d in deployments:
+        paths: list[str] = []
+        for pattern in d.traces:
+            hits = root.glob(pattern)
+            if not hits:
+                raise FleetError(
+                    f"{source}: deployment {d.id!r}: field 'traces' glob {pattern!r} matches nothing under {root.text}"
+                )
+            paths.extend(hits)
+        for p in sorted(set(paths)):
+            if p in owner and owner[p] != d.id:
+                raise FleetError(
+                    f"{source}: trace {p!r} is claimed by deployments {owner[p]!r} and {d.id!r} (field 'traces')"
+                )
+            owner[p] = d.id
+        resolved.append(Deployment(**{**d.__dict__, "paths": tuple(sorted(set(paths)))}))
+
+    candidates = list(known_traces) if known_traces is not None else root.all_traces()
+    unclaimed = tuple(sorted(p for p in set(candidates) if p not in owner))
+    notes = []
+    if unclaimed:
+        shown = ", ".join(unclaimed[:5]) + (" …" if len(unclaimed) > 5 else "")
+        notes.append(f"{source}: {len(unclaimed)} trace(s) under {root.text} claimed by no deployment: {shown}")
+        warnings.warn(notes[-1], FleetWarning, stacklevel=2)
+    window = doc.get("window")
+    return Fleet(source, root.text, tuple(resolved), window if isinstance(window, dict) else None, unclaimed, tuple(notes))

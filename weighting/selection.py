@@ -1,0 +1,150 @@
+"""Hot-shape selection: the (operator, shape) problems kept for the benchmark, and their weights."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import polars as pl
+import yaml
+
+from weighting.fleet import PHASES
+from weighting.schema import HOT_PROBLEMS, validate
+from weighting.weights import group_starts
+
+POLICY_PATH = Path(__file__).with_name("policy.yaml")
+SUM_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What selection keeps: per-operator coverage target and shape cap, minimum operator share."""
+
+    coverage_target: float = 0.9
+    shape_cap: int = 32
+    min_operator_share: float = 0.001
+    benchmarkable_only: bool = True
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The selection policy in `path` (default: the package's policy.yaml), validated."""
+    source = Path(path) if path is not None else POLICY_PATH
+    doc = yaml.safe_load(source.read_text()) or {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{source}: must be a mapping of policy fields")
+    unknown = sorted(set(doc) - set(Policy.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"{source}: unknown field(s) {unknown}")
+    policy = Policy(**doc)
+    checks = {
+        "coverage_target": isinstance(policy.coverage_target, (int, float)) and 0 < policy.coverage_target <= 1,
+        "shape_cap": isinstance(policy.shape_cap, int) and not isinstance(policy.shape_cap, bool) and policy.shape_cap >= 1,
+        "min_operator_share": isinstance(policy.min_operator_share, (int, float)) and 0 <= policy.min_operator_share < 1,
+        "benchmarkable_only": isinstance(policy.benchmarkable_only, bool),
+    }
+    for name, ok in checks.items():
+        if not ok:
+            raise ValueError(f"{source}: field {name!r} has an invalid value {getattr(policy, name)!r}")
+    return policy
+
+
+def _registry_benchmarkable(name: str) -> bool:
+    from kernels_eval.registry import is_benchmarkable  # torch-free by contract
+
+    return is_benchmarkable(name)
+
+
+def problem_times(fleet_weights: pl.DataFrame) -> pl.DataFrame:
+    """Fleet time per (operator, shape): all phases together and per phase, sorted by operator, shape."""
+    rows = fleet_weights.sort("operator", "shape", "phase")
+    starts = group_starts(rows, ["operator", "shape"])
+    out = rows[starts.tolist()].select("operator", "shape")
+    columns = {"fleet_card_hours": rows["fleet_card_hours"], "fleet_share": rows["fleet_share"]}
+    for phase in PHASES:
+        columns[f"card_hours_{phase}"] = rows["fleet_card_hours"] * (rows["phase"] == phase).cast(pl.Float64)
+    for name, values in columns.items():
+        summed = np.add.reduceat(values.to_numpy(), starts) if rows.height else np.array([], dtype=float)
+        out = out.with_columns(pl.Series(name, summed, pl.Float64))
+    return out
+
+
+def _normalise(values: np.ndarray) -> np.ndarray:
+    total = math.fsum(values.tolist())
+    return values / total if total > 0 else np.zeros_like(values)
+
+
+def select_hot(
+    fleet_weights: pl.DataFrame,
+    policy: Policy | None = None,
+    *,
+    is_benchmarkable: Callable[[str], bool] | None = None,
+) -> tuple[pl.DataFrame, dict]:
+    """The selected problems (HOT_PROBLEMS, weights summing to 1) and a coverage report."""
+    policy = policy or load_policy()
+    benchmarkable = is_benchmarkable or _registry_benchmarkable
+    problems = problem_times(fleet_weights).filter(pl.col("fleet_card_hours") > 0)
+    ops = problems.group_by("operator").agg(
+        pl.col("fleet_card_hours").sum().alias("op_card_hours"),
+        pl.col("fleet_share").sum().alias("op_share"),
+        pl.len().alias("shapes_total"),
+    ).sort("op_card_hours", "operator", descending=[True, False])
+
+    kept, operators = [], []
+    for op in ops.iter_rows(named=True):
+        status = "selected"
+        if policy.benchmarkable_only and not benchmarkable(op["operator"]):
+            status = "not_benchmarkable"
+        elif op["op_share"] < policy.min_operator_share:
+            status = "below_min_share"
+        entry = {k: op[k] for k in ("operator", "op_share", "op_card_hours", "shapes_total")}
+        entry.update(status=status, shapes_selected=0, coverage=0.0, capped=False)
+        if status == "selected":
+            shapes = problems.filter(pl.col("operator") == op["operator"]).sort(
+                "fleet_card_hours", "shape", descending=[True, False]
+            )
+            times = shapes["fleet_card_hours"].to_numpy()
+            before = np.concatenate([[0.0], np.cumsum(times)[:-1]])
+            # Keep a shape while what is kept so far is short of the target: the last kept shape crosses it.
+            take = (before < policy.coverage_target * op["op_card_hours"]) & (np.arange(len(times)) < policy.shape_cap)
+            chosen = shapes.filter(pl.Series(take)).with_columns(
+                pl.int_range(1, int(take.sum()) + 1, dtype=pl.Int64).alias("operator_rank")
+            )
+            kept.append(chosen)
+            entry.update(
+                shapes_selected=chosen.height,
+                coverage=math.fsum(chosen["fleet_card_hours"].to_list()) / op["op_card_hours"],
+                capped=bool(policy.shape_cap < len(times) and before[policy.shape_cap] < policy.coverage_target * op["op_card_hours"]),
+            )
+        operators.append(entry)
+
+    schema_cols = list(HOT_PROBLEMS)
+    if not kept:
+        raise ValueError("select_hot: no operator passes the selection policy; nothing to weight")
+    selected = pl.concat(kept).sort("operator", "operator_rank")
+    selected = selected.with_columns(pl.Series("weight", _normalise(selected["fleet_card_hours"].to_numpy())))
+    for phase in PHASES:
+        selected = selected.with_columns(
+            pl.Series(f"weight_{phase}", _normalise(selected[f"card_hours_{phase}"].to_numpy()))
+        )
+    total = math.fsum(selected["weight"].to_list())
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise AssertionError(f"select_hot: selected weights sum to {total!r}, not 1")
+    selected = validate(selected, HOT_PROBLEMS, "hot_problems").select(schema_cols)
+
+    all_ch = math.fsum(problems["fleet_card_hours"].to_list())
+    sel_ch = math.fsum(selected["fleet_card_hours"].to_list())
+    bench_ch = math.fsum(o["op_card_hours"] for o in operators if o["status"] != "not_benchmarkable")
+    report = {
+        "policy": asdict(policy),
+        "n_problems": selected.height,
+        "n_operators": sum(o["status"] == "selected" for o in operators),
+        "weight_sum": total,
+        "coverage_of_fleet": math.fsum(selected["fleet_share"].to_list()),
+        "coverage_of_operator_time": sel_ch / all_ch if all_ch else 0.0,
+        "coverage_of_benchmarkable": sel_ch / bench_ch if bench_ch else 0.0,
+        "operators": operators,
+    }
+    return selected, report
