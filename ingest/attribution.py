@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import orjson
+import msgspec
 import polars as pl
 import pyarrow as pa
 
-from ingest.kineto import CpuRange, KinetoTrace
+from ingest.kineto import NULL_JSON, CpuRange, KinetoTrace
 from ingest.schema import KERNEL_EVENTS, validate
 
 GRAPH_LAUNCH_NAMES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
@@ -43,39 +43,51 @@ def enclosing_stacks(ranges: list[CpuRange], points: list[tuple[int, int]]) -> d
 
 
 class _ChainCache:
-    """JSON renderings of op stacks, computed once per distinct stack (kernels share stacks)."""
+    """Row values of op stacks; each range's JSON is rendered once, however many stacks hold it."""
 
     def __init__(self, ranges: list[CpuRange]):
         self.ranges = ranges
-        self.memo: dict[tuple[int, ...], tuple] = {}
+        self.entries: dict[int, str] = {}
 
-    def get(self, chain: tuple[int, ...]) -> tuple:
-        hit = self.memo.get(chain)
-        if hit is not None:
-            return hit
-        rs = [self.ranges[i] for i in chain]
-        names = [r.name for r in rs]
-        ops = [r for r in rs if r.is_op]
-        annotations = [r for r in rs if not r.is_op]
-        op = ops[-1] if ops else None
-        args_json = orjson.dumps([r.args for r in rs]).decode() if rs else None
-        op_args = op.args if op is not None and op.args is not None else {}
-        hit = (
-            names,
-            args_json,
-            op.name if op else None,
-            _dump(op_args.get("dims")),
-            _dump(op_args.get("types")),
-            _dump(op_args.get("concrete")),
-            annotations[-1].name if annotations else None,
-            frozenset(r.external_id for r in rs if r.external_id is not None),
-        )
-        self.memo[chain] = hit
+    def entry(self, i: int) -> tuple[str, object]:
+        hit = self.entries.get(i)
+        if hit is None:
+            args = self.ranges[i].args()
+            if args.dims is NULL_JSON and args.types is NULL_JSON:
+                hit = ("null", args)
+            else:
+                parts = (_compact(args.dims), _compact(args.types), _compact(args.concrete))
+                hit = ('{"dims":%s,"types":%s,"concrete":%s}' % parts, args, parts)
+            self.entries[i] = hit
         return hit
 
+    def get(self, chain: tuple[int, ...]) -> tuple:
+        rs = [self.ranges[i] for i in chain]
+        entries = [self.entry(i) for i in chain]
+        op = annotation = None
+        for i in range(len(rs) - 1, -1, -1):
+            if rs[i].is_op:
+                op = i if op is None else op
+            elif annotation is None:
+                annotation = i
+        dims = types = concrete = None
+        if op is not None and len(entries[op]) == 3:
+            dims, types, concrete = entries[op][2]
+        return (
+            [r.name for r in rs],
+            "[" + ",".join(e[0] for e in entries) + "]" if rs else None,
+            rs[op].name if op is not None else None,
+            dims,
+            types,
+            concrete,
+            rs[annotation].name if annotation is not None else None,
+            {e[1].external_id for e in entries},
+        )
 
-def _dump(value) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+
+def _compact(raw: bytes) -> str:
+    # Kineto pretty-prints args over many lines; rows carry the compact form.
+    return msgspec.json.format(raw, indent=-1).decode()
 
 
 def attribute(trace: KinetoTrace) -> pl.DataFrame:
@@ -102,7 +114,7 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
             by_correlation[a.correlation].append(i)
 
     cols: dict[str, list] = {name: [] for name in KERNEL_EVENTS.names}
-    empty = ([], None, None, None, None, None, None, frozenset())
+    empty = ([], None, None, None, None, None, None, set())
     for i, a in enumerate(trace.activities):
         row = trace.launches.get(a.correlation) if a.correlation is not None else None
         chain = chain_of.get(a.correlation, empty) if row is not None else empty

@@ -41,7 +41,7 @@ def classify_events(
     attribution becomes `graph_capture` where a capture launch was aligned, else `name_rule`.
     """
     tax = _taxonomy(taxonomy)
-    events, _ = attribute_graphs(events, capture_events)
+    events = attribute_graphs(events, capture_events)
     kernels, cats = events["kernel"].to_list(), events["category"].to_list()
     chains, chain_args = events["op_chain"].to_list(), events["op_chain_args"].to_list()
     annotations = events["annotation"].to_list()

@@ -47,7 +47,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
         return 2
     root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
-    summary = write_ingest(paths, Path(args.out), root=root, progress=_progress)
+    captures = [Path(c) for c in args.capture] if args.capture else None
+    summary = write_ingest(paths, Path(args.out), root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -60,10 +61,10 @@ def run_ingest(args: argparse.Namespace) -> int:
         for bad in summary["quarantined"]:
             print(f"quarantined  {bad['path']}: {bad['reason']}", file=sys.stderr)
         print(f"{len(summary['traces'])} traces ingested, {len(summary['quarantined'])} quarantined -> {args.out}")
-    if getattr(args, "report", False):
-        from ingest.report import print_report
+    if args.report:
+        from ingest.report import report_dir
 
-        print_report(Path(args.out))
+        print(report_dir(Path(args.out)))
     return 0 if summary["traces"] else 1
 
 
@@ -74,5 +75,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.add_argument("--report", action="store_true", help="print top operators, shapes and phases")
+    p.add_argument("--capture", nargs="+", help="graph-capture traces explaining CUDA/HIP-graph replays")
+    p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
     p.set_defaults(func=run_ingest)
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import difflib
+import gzip
 import json
 import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import polars as pl
 
 from ingest.attribution import enclosing_stacks
-from ingest.kineto import CpuRange, TraceError, load_document, to_ns
+from ingest.kineto import TraceError, to_ns
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>.
 CAPTURE_WINDOW = re.compile(r"^capture_(?P<bs>\d+)_(?P<mode>\w+)$")
@@ -20,9 +23,22 @@ _COPY = re.compile(r"Memcpy", re.IGNORECASE)
 _SET = re.compile(r"Memset", re.IGNORECASE)
 _SHAPE_ARGS = (("Input Dims", "dims"), ("Input type", "types"), ("Concrete Inputs", "concrete"))
 
+
+@dataclass(slots=True)
+class Range:
+    """A CPU op or annotation on one thread, with its recorded shape args (for enclosing_stacks)."""
+
+    name: str
+    is_op: bool
+    ts_ns: int
+    end_ns: int
+    args: dict | None
+
+
 CAPTURE_COLUMNS = {
     "window": pl.String,  # capture_<bs>_<mode>, with the window's start to tell repeats apart
     "seq": pl.Int64,  # launch order within the window
+    "ts_ns": pl.Int64,  # launch time
     "kernel": pl.String,  # kernel name from the launch row (ROCm) or the executed activity; null if unknown
     "step": pl.String,  # alignment token: kernel name, "memcpy" or "memset"
     "op_chain": pl.List(pl.String),  # ops/annotations inside the window enclosing the launch, outermost first
@@ -54,12 +70,30 @@ def _step_token(launch_name: str, kernel: str | None) -> str | None:
     return kernel
 
 
+def _load(path: Path) -> dict:
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = orjson.loads(raw)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read ({exc})") from None
+    except (EOFError, zlib.error, orjson.JSONDecodeError) as exc:
+        raise TraceError(path, f"invalid gzip or JSON ({exc})") from None
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level")
+    return doc
+
+
 def read_capture(path: str | Path) -> pl.DataFrame:
     """Every launch recorded inside a capture window of a capture trace, in order, with its op chain."""
-    doc = load_document(path)
+    path = Path(path)
+    doc = _load(path)
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0
-    ranges: dict[tuple, list[CpuRange]] = {}
+    ranges: dict[tuple, list[Range]] = {}
     launches: list[tuple] = []
     executed: dict[int, str] = {}
     for e in doc["traceEvents"]:
@@ -70,7 +104,7 @@ def read_capture(path: str | Path) -> pl.DataFrame:
             start = base_ns + to_ns(e.get("ts", 0))
             shape = {k: args.get(n) for n, k in _SHAPE_ARGS} if "Input Dims" in args else None
             ranges.setdefault((e.get("pid"), e.get("tid")), []).append(
-                CpuRange(str(e.get("name", "")), cat == "cpu_op", start, start + to_ns(e.get("dur", 0)), None, shape)
+                Range(str(e.get("name", "")), cat == "cpu_op", start, start + to_ns(e.get("dur", 0)), shape)
             )
         elif cat in ("cuda_runtime", "cuda_driver"):
             name = str(e.get("name", ""))
@@ -97,6 +131,7 @@ def read_capture(path: str | Path) -> pl.DataFrame:
             inner = chain[w + 1 :]
             rows["window"].append(f"{chain[w].name}@{chain[w].ts_ns}")
             rows["seq"].append(0)
+            rows["ts_ns"].append(ts)
             rows["kernel"].append(kernel)
             rows["step"].append(_step_token(name, kernel))
             rows["op_chain"].append([r.name for r in inner])
@@ -104,8 +139,8 @@ def read_capture(path: str | Path) -> pl.DataFrame:
     frame = pl.DataFrame(rows, schema=CAPTURE_COLUMNS)
     if frame.height == 0:
         raise TraceError(path, "no kernel launches inside a capture_<bs>_<mode> annotation: not a graph-capture trace")
-    # Order by window, then by launch time within it (launch rows were gathered per thread).
-    return frame.with_columns(pl.int_range(pl.len()).over("window").alias("seq"))
+    # Launch rows were gathered per thread: order each window by launch time.
+    return frame.sort("window", "ts_ns", maintain_order=True).with_columns(pl.int_range(pl.len()).over("window").alias("seq"))
 
 
 def read_captures(paths) -> pl.DataFrame | None:
@@ -130,11 +165,13 @@ def _align(replay: list[str], capture: list[str | None]) -> dict[int, int]:
     return pairs
 
 
-def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tuple[pl.DataFrame, dict]:
+def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.DataFrame:
     """Graph-replay rows given the op chain and shapes of their aligned capture launch.
 
-    Returns the events with `op_chain`, `op_chain_args`, `op`, `input_*` replaced on matched rows
-    and a column `graph_capture` (True where a capture launch was aligned), plus alignment stats.
+    Per graph launch, its kernels (in replay order) are aligned with the launches of the
+    best-matching capture window by kernel name; matched rows get the capture-time op chain
+    appended to their own (which holds the step annotation), and `op` / `input_*` of the capture
+    op. The added column `graph_capture` is True where a capture launch was aligned.
     """
     n = events.height
     matched = [False] * n
@@ -142,10 +179,7 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tupl
     chain_args = events["op_chain_args"].to_list()
     op = events["op"].to_list()
     inputs = {c: events[c].to_list() for c in ("input_dims", "input_types", "concrete_inputs")}
-    stats = {"graph_ns": 0, "graph_capture_ns": 0, "graph_launches": 0, "graph_launches_aligned": 0}
     graph = events["graph_launch"].fill_null(False).to_list()
-    dur = events["dur_ns"].to_list()
-    stats["graph_ns"] = sum(d for d, g in zip(dur, graph) if g)
     if capture is not None and capture.height and any(graph):
         windows = {
             w: (frame["step"].to_list(), frame["op_chain"].to_list(), frame["op_chain_args"].to_list())
@@ -157,18 +191,20 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tupl
         for i in range(n):
             if graph[i]:
                 launches.setdefault(corr[i], []).append(i)
+        memo: dict[tuple, tuple] = {}  # steps replay the same graphs: align each kernel sequence once
         for members in launches.values():
             members.sort(key=lambda i: (index[i] is None, index[i]))
-            tokens = [_replay_token(kernels[i], cats[i]) for i in members]
-            best, best_pairs = None, {}
-            for w, (steps, _, _) in windows.items():
-                pairs = _align(tokens, steps)
-                if len(pairs) > len(best_pairs):
-                    best, best_pairs = w, pairs
-            stats["graph_launches"] += 1
+            tokens = tuple(_replay_token(kernels[i], cats[i]) for i in members)
+            if tokens not in memo:
+                best, best_pairs = None, {}
+                for w, (steps, _, _) in windows.items():
+                    pairs = _align(list(tokens), steps)
+                    if len(pairs) > len(best_pairs):
+                        best, best_pairs = w, pairs
+                memo[tokens] = (best, best_pairs)
+            best, best_pairs = memo[tokens]
             if best is None:
                 continue
-            stats["graph_launches_aligned"] += 1
             _, w_chains, w_args = windows[best]
             for a, b in best_pairs.items():
                 i = members[a]
@@ -182,7 +218,6 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tupl
                     for column, key in (("input_dims", "dims"), ("input_types", "types"), ("concrete_inputs", "concrete")):
                         inputs[column][i] = None if last.get(key) is None else orjson.dumps(last[key]).decode()
                 matched[i] = True
-                stats["graph_capture_ns"] += dur[i]
     out = events.with_columns(
         pl.Series("op_chain", chains, dtype=pl.List(pl.String)),
         pl.Series("op_chain_args", chain_args, dtype=pl.String),
@@ -190,4 +225,4 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> tupl
         *(pl.Series(c, v, dtype=pl.String) for c, v in inputs.items()),
         pl.Series("graph_capture", matched, dtype=pl.Boolean),
     )
-    return out, stats
+    return out

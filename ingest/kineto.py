@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from decimal import Decimal
+from typing import Union
 
-import orjson
+import msgspec
 
 # GPU-side activity categories, current and pre-2.0 spellings.
 GPU_CATEGORIES = {
@@ -65,8 +66,11 @@ class CpuRange:
     is_op: bool
     ts_ns: int
     end_ns: int
-    external_id: int | None
-    args: dict | None  # Input Dims / Input type / Concrete Inputs only, for ops that have them
+    raw_args: msgspec.Raw  # decoded only for ranges that end up enclosing a launch
+
+    def args(self) -> "OpArgs":
+        """The range's External id and raw shape args."""
+        return _OP_ARGS.decode(self.raw_args) if self.raw_args else _NO_OP_ARGS
 
 
 @dataclass(slots=True)
@@ -93,12 +97,12 @@ class KinetoTrace:
 
 
 def to_ns(value) -> int:
-    """Kineto µs (int, or float with ns fractions) as integer ns, exact to the float's precision."""
+    """Kineto µs (int, float, or Decimal for absolute-time traces) as integer ns."""
     if type(value) is int:
         return value * 1000
-    whole = int(value)
-    # Splitting keeps absolute epoch µs (~1.7e15) exact: whole*1000 would overflow float precision.
-    return whole * 1000 + round((value - whole) * 1000)
+    if type(value) is float:
+        return round(value * 1000)
+    return int(value * 1000)
 
 
 def trace_id_of(raw: bytes) -> str:
@@ -106,51 +110,138 @@ def trace_id_of(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def load_document(path: str | Path, raw: bytes | None = None) -> dict:
-    """The parsed JSON document of a trace file, or a TraceError saying why it cannot be."""
-    path = Path(path)
-    if raw is None:
-        raw = path.read_bytes()
-    data = raw
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(path, f"truncated or corrupt gzip ({exc})") from None
+# Typed decoding: msgspec skips every field not named here without building Python objects for
+# it, and `args` stays raw JSON until an event's category says it is needed; that is what makes a
+# 100 MB trace cheap to read.
+NULL_JSON = msgspec.Raw(b"null")
+_Scalar = Union[int, str, None]
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: Union[str, None] = None
+    name: Union[str, None] = None
+    pid: _Scalar = None
+    tid: _Scalar = None
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _Document(msgspec.Struct):
+    traceEvents: list[_Event]
+    baseTimeNanoseconds: Union[int, float, None] = None
+
+
+class _ExactEvent(_Event):
+    # Absolute epoch µs (~1.7e15) with ns fractions need 19 significant digits, more than a
+    # float64 holds (PyTorch nightlies of 2024 wrote them): read those timestamps as decimals.
+    ts: Union[Decimal, None] = None
+    dur: Union[Decimal, None] = None
+
+
+class _ExactDocument(msgspec.Struct):
+    traceEvents: list[_ExactEvent]
+    baseTimeNanoseconds: Union[int, float, None] = None
+
+
+class _GpuArgs(msgspec.Struct):
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    correlation: Union[int, None] = None
+    device: _Scalar = None
+    stream: _Scalar = None
+    graph_id: _Scalar = msgspec.field(default=None, name="graph id")
+
+
+class _LaunchArgs(msgspec.Struct):
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    correlation: Union[int, None] = None
+
+
+class OpArgs(msgspec.Struct):
+    """What attribution reads from a CPU op's args: its id and its shape args as raw JSON."""
+
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    dims: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Concrete Inputs")
+
+
+_DOCUMENT = msgspec.json.Decoder(_Document)
+_EVENT_LIST = msgspec.json.Decoder(list[_Event])
+_EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
+_EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
+# Timestamps beyond this many µs are absolute epoch time, where float64 drops the ns digits.
+_FLOAT_EXACT_LIMIT_US = 4e12
+_GPU_ARGS = msgspec.json.Decoder(_GpuArgs)
+_LAUNCH_ARGS = msgspec.json.Decoder(_LaunchArgs)
+_OP_ARGS = msgspec.json.Decoder(OpArgs)
+_NO_OP_ARGS = OpArgs()
+
+
+def decompress(path: Path, raw: bytes) -> bytes:
+    """The JSON text of a trace file's bytes, gunzipped when they are gzip."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        # orjson stops at integers beyond 64 bits; the stdlib parser reads them as Python ints.
-        try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise TraceError(path, f"invalid JSON ({exc})") from None
-    if isinstance(doc, list):  # the Chrome trace format also allows a bare event array
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level")
-    return doc
+        return gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceError(path, f"truncated or corrupt gzip ({exc})") from None
+
+
+def decode_document(path: Path, data: bytes) -> _Document:
+    """The trace's events and base time, or a TraceError naming what is wrong with the JSON."""
+    bare = data.lstrip()[:1] == b"["  # the Chrome trace format also allows a bare event array
+    try:
+        doc = _Document(traceEvents=_EVENT_LIST.decode(data)) if bare else _DOCUMENT.decode(data)
+        if _needs_exact_time(doc):
+            doc = _Document(traceEvents=_EXACT_EVENT_LIST.decode(data)) if bare else _EXACT_DOCUMENT.decode(data)
+        return doc
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if "missing required field `traceEvents`" in text or (not bare and text.startswith("Expected `object`")):
+            raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level") from None
+        raise TraceError(path, f"malformed trace event ({exc})") from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, f"invalid JSON ({exc})") from None
+
+
+def _needs_exact_time(doc) -> bool:
+    if doc.baseTimeNanoseconds is not None:
+        return False
+    for event in doc.traceEvents:
+        if event.ph == "X" and type(event.ts) is float:
+            return event.ts > _FLOAT_EXACT_LIMIT_US
+    return False
 
 
 def _duration(path, event, kind) -> int:
-    dur = event.get("dur")
+    dur = event.dur
     if dur is None:
-        raise TraceError(path, f"{kind} event {event.get('name')!r} at ts={event.get('ts')} has no duration")
+        raise TraceError(path, f"{kind} event {event.name!r} at ts={event.ts} has no duration")
     if dur < 0:
-        raise TraceError(path, f"{kind} event {event.get('name')!r} at ts={event.get('ts')} has negative duration {dur}")
+        raise TraceError(path, f"{kind} event {event.name!r} at ts={event.ts} has negative duration {dur}")
     return to_ns(dur)
 
 
-def _int_or_none(value):
-    if value is None:
-        return None
+def _int(value, fallback):
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return fallback
+    return fallback
+
+
+def _decode_args(path, event, decoder):
+    if not event.args:
+        return decoder.decode(b"{}")
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-_SHAPE_ARGS = (("Input Dims", "dims"), ("Input type", "types"), ("Concrete Inputs", "concrete"))
+        return decoder.decode(event.args)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise TraceError(path, f"event {event.name!r} at ts={event.ts} has malformed args ({exc})") from None
 
 
 def read_kineto(path: str | Path) -> KinetoTrace:
@@ -161,63 +252,58 @@ def read_kineto(path: str | Path) -> KinetoTrace:
     except OSError as exc:
         raise TraceError(path, f"cannot read ({exc.strerror})") from None
     trace_id = trace_id_of(raw)
-    doc = load_document(path, raw)
+    doc = decode_document(path, decompress(path, raw))
     del raw
-    base = doc.get("baseTimeNanoseconds")
-    base_ns = int(base) if isinstance(base, (int, float)) else 0
-    events = doc["traceEvents"]
+    base = doc.baseTimeNanoseconds
+    base_ns = int(base) if base is not None else 0
     activities: list[GpuActivity] = []
     launches: dict[int, LaunchRow] = {}
     ranges: dict[tuple, list[CpuRange]] = {}
-    for event in events:
-        if not isinstance(event, dict) or event.get("ph") != "X":
+    for event in doc.traceEvents:
+        cat = event.cat
+        if event.ph != "X" or cat is None:
             continue
-        cat = event.get("cat")
         if cat in GPU_CATEGORIES:
-            args = event.get("args") or {}
-            ts = event.get("ts")
-            if ts is None:
-                raise TraceError(path, f"GPU event {event.get('name')!r} has no timestamp")
-            graph_id = args.get("graph id")
+            args = _decode_args(path, event, _GPU_ARGS)
+            if event.ts is None:
+                raise TraceError(path, f"GPU event {event.name!r} has no timestamp")
             activities.append(
                 GpuActivity(
-                    name=str(event.get("name", "")),
+                    name=event.name or "",
                     category=GPU_CATEGORIES[cat],
-                    ts_ns=base_ns + to_ns(ts),
+                    ts_ns=base_ns + to_ns(event.ts),
                     dur_ns=_duration(path, event, "GPU"),
-                    device=_int_or_none(args.get("device", event.get("pid"))) or 0,
-                    stream=_int_or_none(args.get("stream", event.get("tid"))) or 0,
-                    correlation=_int_or_none(args.get("correlation")),
-                    external_id=_int_or_none(args.get("External id")),
-                    graph_node=bool(graph_id),
+                    device=_int(args.device, _int(event.pid, 0)),
+                    stream=_int(args.stream, _int(event.tid, 0)),
+                    correlation=args.correlation,
+                    external_id=args.external_id,
+                    graph_node=bool(args.graph_id),
                 )
             )
         elif cat in LAUNCH_CATEGORIES:
-            args = event.get("args") or {}
-            correlation = _int_or_none(args.get("correlation"))
-            if correlation is None:
+            args = _decode_args(path, event, _LAUNCH_ARGS)
+            if args.correlation is None:
                 continue
-            launches[correlation] = LaunchRow(
-                name=str(event.get("name", "")),
-                thread=(event.get("pid"), event.get("tid")),
-                ts_ns=base_ns + to_ns(event.get("ts", 0)),
+            launches[args.correlation] = LaunchRow(
+                name=event.name or "",
+                thread=(event.pid, event.tid),
+                ts_ns=base_ns + to_ns(event.ts or 0),
                 dur_ns=_duration(path, event, "launch"),
-                external_id=_int_or_none(args.get("External id")),
+                external_id=args.external_id,
             )
         elif cat in OP_CATEGORIES or cat in ANNOTATION_CATEGORIES:
-            args = event.get("args") or {}
-            start = base_ns + to_ns(event.get("ts", 0))
-            shape_args = None
-            if "Input Dims" in args:
-                shape_args = {key: args.get(name) for name, key in _SHAPE_ARGS}
-            ranges.setdefault((event.get("pid"), event.get("tid")), []).append(
+            start = base_ns + to_ns(event.ts or 0)
+            thread = (event.pid, event.tid)
+            bucket = ranges.get(thread)
+            if bucket is None:
+                bucket = ranges[thread] = []
+            bucket.append(
                 CpuRange(
-                    name=str(event.get("name", "")),
+                    name=event.name or "",
                     is_op=cat in OP_CATEGORIES,
                     ts_ns=start,
                     end_ns=start + _duration(path, event, "CPU"),
-                    external_id=_int_or_none(args.get("External id")),
-                    args=shape_args,
+                    raw_args=event.args,
                 )
             )
     if not activities:
@@ -228,5 +314,5 @@ def read_kineto(path: str | Path) -> KinetoTrace:
         activities=activities,
         launches=launches,
         ranges=ranges,
-        events=len(events),
+        events=len(doc.traceEvents),
     )

@@ -12,7 +12,8 @@ import polars as pl
 import pyarrow as pa
 
 from ingest.attribution import enclosing_stacks
-from ingest.kineto import CpuRange, TraceError
+from ingest.graphs import Range
+from ingest.kineto import TraceError
 from ingest.schema import KERNEL_EVENTS, validate
 
 _PID = 0x1000000  # globalPid/globalTid = ... | pid << 24 | tid (nsys export docs)
@@ -30,7 +31,7 @@ def _pid(global_id: int | None) -> int | None:
     return None if global_id is None else (global_id // _PID) % _PID
 
 
-def _nvtx_range(text: str, start: int, end: int) -> CpuRange:
+def _nvtx_range(text: str, start: int, end: int) -> Range:
     m = _NVTX.match(text)
     name = m["name"] if m else text
     args = None
@@ -40,7 +41,7 @@ def _nvtx_range(text: str, start: int, end: int) -> CpuRange:
         except orjson.JSONDecodeError:
             args = None
     # emit_nvtx names ops "ns::op"; anything else (FSDP scopes, user ranges) is an annotation.
-    return CpuRange(name, "::" in name and not name.startswith("FSDP::"), start, end, None, args)
+    return Range(name, "::" in name and not name.startswith("FSDP::"), start, end, args)
 
 
 def read_nsys(path: str | Path, trace_id: str) -> pl.DataFrame:
@@ -90,7 +91,7 @@ def _read(conn: sqlite3.Connection, tables: set[str], trace_id: str, path: str) 
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         for r in conn.execute("SELECT start, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
             launches[(_pid(r[1]), r[2])] = (r[0], r[1], _VERSION.sub("", strings.get(r[3], "")))
-    ranges: dict[int, list[CpuRange]] = defaultdict(list)
+    ranges: dict[int, list[Range]] = defaultdict(list)
     if "NVTX_EVENTS" in tables:
         for text, text_id, start, end, tid in conn.execute(
             "SELECT text, textId, start, end, globalTid FROM NVTX_EVENTS WHERE end IS NOT NULL AND eventType IN (59, 60)"
@@ -102,7 +103,7 @@ def _read(conn: sqlite3.Connection, tables: set[str], trace_id: str, path: str) 
     points: dict[int, list] = defaultdict(list)
     for key, (start, tid, _) in launches.items():
         points[tid].append((start, key))
-    chain_of: dict[tuple, list[CpuRange]] = {}
+    chain_of: dict[tuple, list[Range]] = {}
     for tid, pts in points.items():
         rs = ranges.get(tid, [])
         for key, idx in enclosing_stacks(rs, pts).items():

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import polars as pl
 
+from ingest.classify import op_shape_time
 from ingest.pipeline import TraceResult, ingest_many, traces_frame
+from ingest.schema import OP_SHAPE_TIME
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
@@ -26,7 +28,9 @@ def _breakdown(events: pl.DataFrame, column: str) -> dict[str, int]:
     return {str(key): int(ns) for key, ns in rows}
 
 
-def write_ingest(paths: list[Path], out: Path, root: Path | None = None, progress=None) -> dict:
+def write_ingest(
+    paths: list[Path], out: Path, root: Path | None = None, progress=None, captures=None, taxonomy=None
+) -> dict:
     """Ingest `paths` into `out`; the summary that `hotshape ingest --json` prints."""
     out.mkdir(parents=True, exist_ok=True)
     events_dir = out / "kernel_events"
@@ -41,14 +45,11 @@ def write_ingest(paths: list[Path], out: Path, root: Path | None = None, progres
             if column in events.columns:
                 summary[key] = _breakdown(events, column)
         summaries.append(summary)
-        if "operator" in events.columns:
-            from ingest.classify import op_shape_time
+        op_shape_parts.append(op_shape_time(events))
 
-            op_shape_parts.append(op_shape_time(events))
-
-    result = ingest_many(paths, root=root, on_trace=on_trace, progress=progress)
+    result = ingest_many(paths, root=root, on_trace=on_trace, progress=progress, captures=captures, taxonomy=taxonomy)
     write_parquet_atomic(traces_frame(result.traces), out / "traces.parquet")
-    if op_shape_parts:
-        write_parquet_atomic(pl.concat(op_shape_parts), out / "op_shape_time.parquet")
+    op_shape = pl.concat(op_shape_parts) if op_shape_parts else pl.from_arrow(OP_SHAPE_TIME.empty_table())
+    write_parquet_atomic(op_shape, out / "op_shape_time.parquet")
     (out / "quarantined.json").write_text(json.dumps(result.quarantined, indent=2) + "\n")
     return {"traces": summaries, "quarantined": result.quarantined}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import polars as pl
 
@@ -16,9 +17,11 @@ _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)\((?P<ctx
 _SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)")
 # SGLang scheduler: step[EXTEND bs=15 toks=15360], step[DECODE bs=32], step[MIXED bs=..]
 _SGLANG = re.compile(r"^step\[(?P<mode>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<rest>[^\]]*)\]")
-# Plain ranges a user or another framework put around a phase (record_function / NVTX).
-_PLAIN = re.compile(r"^(?P<mode>prefill|decode|mixed|extend|context|generation)(?:$|[\s_:\-\[(#.])", re.IGNORECASE)
-_PLAIN_PHASE = {"prefill": "prefill", "extend": "prefill", "context": "prefill", "decode": "decode", "generation": "decode", "mixed": "mixed"}
+# Plain ranges a user or another framework put around a phase (record_function / NVTX): the
+# whole name must be the phase word, optionally with a step word and a number, so that kernels
+# and ops such as `decode_attention_fwd` or `context_attention_fwd` never read as a phase.
+_PLAIN = re.compile(r"^(?P<mode>prefill|decode|mixed|extend)(?:[_\s:-](?:step|phase|stage|forward|batch|iter))?(?:[_\s:#-]*\d+)?$", re.IGNORECASE)
+_PLAIN_PHASE = {"prefill": "prefill", "extend": "prefill", "decode": "decode", "mixed": "mixed"}
 _SGLANG_PHASE = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}
 
 
@@ -52,6 +55,7 @@ def _sums(text: str) -> tuple[int | None, int | None]:
     return (int(m["sq"]), int(m["sk"])) if m else (None, None)
 
 
+@lru_cache(maxsize=65536)
 def parse_step(name: str | None) -> Step | None:
     """The Step a vLLM, SGLang or plain prefill/decode annotation describes; None for other names."""
     if not name:

@@ -10,7 +10,9 @@ import polars as pl
 import pyarrow as pa
 
 from ingest.attribution import attribute
-from ingest.kineto import TraceError, read_kineto
+from ingest.classify import classify_events
+from ingest.graphs import capture_traces_for, read_captures
+from ingest.kineto import TraceError, read_kineto, trace_id_of
 from ingest.schema import ATTRIBUTED, TRACES
 
 
@@ -32,6 +34,15 @@ class IngestResult:
 
 def read_events(path: str | Path) -> pl.DataFrame:
     """kernel_events rows (before classification) of one trace file in any supported format."""
+    name = str(path)
+    if name.endswith(".sqlite"):
+        from ingest.nsys import read_nsys
+
+        return read_nsys(path, trace_id_of(Path(path).read_bytes()))
+    if name.endswith(".csv"):
+        from ingest.rocprof import read_rocprof
+
+        return read_rocprof(path, trace_id_of(Path(path).read_bytes()))
     return attribute(read_kineto(path))
 
 
@@ -50,20 +61,21 @@ def summarize(events: pl.DataFrame, path: str) -> dict:
     }
 
 
-def ingest_trace(path: str | Path, display_path: str | None = None) -> TraceResult:
-    """One trace file read, attributed and classified; raises TraceError for a bad file."""
+def ingest_trace(
+    path: str | Path,
+    display_path: str | None = None,
+    captures: list[Path] | None = None,
+    taxonomy=None,
+) -> TraceResult:
+    """One trace file read, attributed and classified; raises TraceError for a bad file.
+
+    Graph replays are explained by `captures` (graph-capture traces), by default the ones a
+    `capture_traces/execution_details.json` beside the trace names.
+    """
     events = read_events(path)
-    events = classify(events)
+    capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
+    events = classify_events(events, capture_events, taxonomy)
     return TraceResult(events=events, summary=summarize(events, display_path or str(path)))
-
-
-def classify(events: pl.DataFrame) -> pl.DataFrame:
-    """Events with operator/shape/phase columns when the classifier is installed, else as they are."""
-    try:
-        from ingest.classify import classify_events
-    except ImportError:
-        return events
-    return classify_events(events)
 
 
 def ingest_many(
@@ -71,6 +83,8 @@ def ingest_many(
     root: str | Path | None = None,
     on_trace: Callable[[TraceResult], None] | None = None,
     progress: Callable[[Iterable], Iterable] | None = None,
+    captures: list[Path] | None = None,
+    taxonomy=None,
 ) -> IngestResult:
     """Each trace ingested in turn; a bad one is quarantined with its reason and the rest go on.
 
@@ -84,7 +98,7 @@ def ingest_many(
     for path in iterator:
         shown = _display_path(path, root)
         try:
-            result = ingest_trace(path, shown)
+            result = ingest_trace(path, shown, captures, taxonomy)
         except TraceError as exc:
             quarantined.append({"path": shown, "reason": exc.problem})
             continue

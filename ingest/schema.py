@@ -34,7 +34,8 @@ KERNEL_EVENTS = pa.schema(
 # launch_only: launch row found, but no CPU op encloses it on the launching thread.
 # unattributed: no launch row with this correlation in the window.
 ATTRIBUTIONS = ("direct", "graph_replay", "launch_only", "unattributed")
-ATTRIBUTED = ("direct",)
+# Rows whose launching op (and so its shapes) is known: directly, or through a graph-capture trace.
+ATTRIBUTED = ("direct", "graph_capture")
 CATEGORIES = ("kernel", "memcpy", "memset")
 
 

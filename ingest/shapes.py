@@ -9,8 +9,12 @@ from collections.abc import Callable
 
 # Parameter names follow the catalogue's shapes.json init_kwargs/input_kwargs per operator;
 # `dtype` (and `b_dtype`, `kv_dtype` where an op mixes dtypes) are added, as AGENTS.md says.
-# Attention adds `num_tokens` (and, from the step annotation, `num_seqs` / `ctx_len`): the
-# catalogue's per-sequence `seq_lens` cannot be recovered from op shapes.
+# Keys beyond the catalogue, each because the catalogue's own cannot be recovered from a trace:
+#   attention: `num_tokens` (Σ query tokens; per-sequence `seq_lens` are not recorded), and from
+#     the step annotation `num_seqs` and, for paged decode, the mean `ctx_len`;
+#   gemm (not a catalogue operator): m, n, k and `batch` for bmm;
+#   fused_qkv_rope: `is_neox_style`; embedding: `num_embeddings`;
+#   `shape` (+ `dtype`): the first input's dims, for ops without a dedicated extractor.
 
 _DTYPES = {
     "c10::BFloat16": "bf16",

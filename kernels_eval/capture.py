@@ -58,6 +58,16 @@ def static_cache(config, batch: int, max_len: int, device: str, dtype):
     raise RuntimeError("this transformers version's StaticCache takes none of the known signatures")
 
 
+def write_capture_sidecar(capture_path: Path, batch: int, mode: str) -> Path:
+    """Record a capture trace in its folder's execution_details.json, which ingest pairs replays by."""
+    sidecar = capture_path.parent / "execution_details.json"
+    entries = json.loads(sidecar.read_text()) if sidecar.exists() else []
+    entries = [e for e in entries if e.get("file") != capture_path.name]
+    entries.append({"file": capture_path.name, "batch_size": batch, "mode": mode})
+    sidecar.write_text(json.dumps(entries, indent=2) + "\n")
+    return sidecar
+
+
 def _annotation(enabled: bool, name: str):
     import torch
 
@@ -120,6 +130,7 @@ def capture(args: argparse.Namespace) -> dict:
                             input_ids=static_token, past_key_values=cache, cache_position=static_pos, use_cache=True
                         ).logits
             cap.export_chrome_trace(str(capture_path))
+            write_capture_sidecar(capture_path, batch, "FULL")
             cache.reset()
         torch.cuda.synchronize()
 

@@ -20,7 +20,7 @@ import polars as pl
 
 from release import ids
 from release.build import has_our_roofline, load_hardware_or_none, roofline_frame, roofline_rows
-from release.bundle import SEALED_FILES, MANIFEST_FILE, json_bytes, table_file, weights_file, write_bundle
+from release.bundle import MANIFEST_FILE, SEALED_FILES, table_file, weights_file, write_bundle
 from release.schema import PHASES
 
 SOURCE = "atrex-bench"
@@ -208,7 +208,8 @@ def _phase_tag(weights: pl.DataFrame) -> str:
     return "/".join(has) if has else "prefill/decode"
 
 
-def _published_roofline(rows: pl.DataFrame) -> dict:
+def published_roofline(rows: pl.DataFrame) -> dict:
+    """Atrex-Bench's roofline.json entry of one problem from its sealed roofline rows."""
     first = rows.row(0, named=True)
     w = {} if first["w_flops"] is None else {first["w_flops_dtype"]: first["w_flops"]}
     sol = {r["hardware"]: r["sol_time_ms"] for r in rows.iter_rows(named=True)
@@ -275,7 +276,7 @@ def export_atrex(release: str | Path, out: str | Path, weights_version: int | No
             shapes[sid], meta_shapes[sid] = rec["shape"], rec["metadata"]
             rows = roof.filter(pl.col("problem_id") == r["problem_id"]) if roof is not None else pl.DataFrame()
             if rows.height and r["problem_id"] in records and rows["q_read"].null_count() < rows.height:
-                roof_shapes[sid] = _published_roofline(rows)
+                roof_shapes[sid] = published_roofline(rows)
             else:
                 roof_shapes[sid] = _our_roofline_json(rows) if rows.height else _our_roofline_json(
                     pl.DataFrame(schema={"t_roofline_s": pl.Float64}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, is_dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import polars as pl
 import pyarrow as pa
@@ -49,6 +49,8 @@ def our_roofline(operator: str, init_kwargs: dict, input_kwargs: dict, hardware:
         raise
     out = {}
     for name in sorted(hardware):
+        if hardware[name] is None:
+            continue  # a name without a hardware-table entry (tests, or the table not installed)
         try:
             result = problem_roofline(operator, init_kwargs, input_kwargs, hardware[name])
         except (LookupError, ValueError, NotImplementedError):
@@ -87,6 +89,20 @@ def roofline_rows(problem_id: str, operator: str, init_kwargs: dict, input_kwarg
 def roofline_frame(rows: list[dict]) -> pl.DataFrame:
     """sealed/roofline rows as a frame with the ROOFLINE schema (empty when there are none)."""
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=ROOFLINE))
+
+
+def regained_roofline(manifest: pl.DataFrame, old: pl.DataFrame | None, hardware: dict) -> pl.DataFrame:
+    """Roofline rows of every problem recomputed with the registry, keeping old rows' published numbers."""
+    from release.atrex import published_roofline
+
+    pub_cols = ("w_flops", "q_read", "q_write", "sol_time_ms")
+    rows = []
+    for p in manifest.iter_rows(named=True):
+        mine = old.filter(pl.col("problem_id") == p["problem_id"]) if old is not None else pl.DataFrame()
+        has_pub = mine.height > 0 and any(mine[c].null_count() < mine.height for c in pub_cols)
+        rows += roofline_rows(p["problem_id"], p["operator"], json.loads(p["init_kwargs"]),
+                              json.loads(p["input_kwargs"]), published_roofline(mine) if has_pub else None, hardware)
+    return roofline_frame(rows)
 
 
 def has_our_roofline(roofline: pl.DataFrame) -> bool:
@@ -192,8 +208,8 @@ def provenance_of(problems: pl.DataFrame, mined: Mined) -> pl.DataFrame:
 def fleet_secrets(mined: Mined) -> list[str]:
     """Sealed strings of the whole fleet, selected or not: deployments, models, frameworks, traces."""
     out = [s for d in mined.fleet.deployments for s in (d.id, d.model, d.framework)]
-    out += mined.traces["trace_id"].to_list() + mined.traces["path"].to_list()
-    out += [q["path"] for q in mined.quarantined]
+    paths = mined.traces["path"].to_list() + [q["path"] for q in mined.quarantined]
+    out += mined.traces["trace_id"].to_list() + paths + [PurePosixPath(p).name for p in paths]
     return out
 
 
@@ -341,6 +357,12 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
     files[weights_file(v)] = table_file(weights_file(v), weights, "weights", ("problem_id",))
     files[candidates_file(v)] = table_file(candidates_file(v), cands, "candidates", ("operator", "problem_id"))
     files[drift_file(v)] = json_bytes(drift)
+    old_roof = rel.sealed("roofline")
+    if hardware and (old_roof is None or not has_our_roofline(old_roof)):
+        # Built without the registry: the release gains our roofline now that it is there.
+        roof = regained_roofline(rel.manifest, old_roof, hardware)
+        files[SEALED_FILES["roofline"]] = table_file(SEALED_FILES["roofline"], roof, "roofline", ("problem_id", "hardware"))
+        info["roofline"] = {"ours": has_our_roofline(roof)}
     all_weights = {x: rel.weights(x) for x in rel.versions} | {v: weights}
     provenance = _merge_provenance(rel.sealed("provenance"), provenance_of(kept, mined))
     summary = _finish(release, files, info, rel.manifest, all_weights, provenance,

@@ -97,17 +97,21 @@ def derive_key(*inputs: bytes) -> bytes:
 
 def resolve_key(explicit: bytes | str | None = None, release: str | Path | None = None,
                 derive_from: tuple[bytes, ...] = ()) -> tuple[bytes, str]:
-    """The key and where it came from: explicit > $HOTSHAPE_RELEASE_KEY > release's key file > derived."""
+    """The key and where it came from.
+
+    Explicit > the release's own key file (the lineage's key wins over the environment, so a
+    refresh cannot silently renumber) > $HOTSHAPE_RELEASE_KEY > derived from `derive_from`.
+    """
     if explicit is not None:
         key = parse_key(explicit, "key argument") if isinstance(explicit, str) else bytes(explicit)
         return key, "argument"
+    path = Path(release) / KEY_FILE if release is not None else None
+    if path is not None and path.exists():
+        return parse_key(path.read_text(), str(path)), "release"
     env = os.environ.get(KEY_ENV)
     if env:
         return parse_key(env, f"${KEY_ENV}"), "environment"
-    if release is not None:
-        path = Path(release) / KEY_FILE
-        if path.exists():
-            return parse_key(path.read_text(), str(path)), "release"
+    if path is not None:
         raise ProblemKeyError(f"{path}: no problem-id key in the release and ${KEY_ENV} is not set")
     if not derive_from:
         raise ProblemKeyError(f"no problem-id key: pass one or set ${KEY_ENV}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -122,21 +123,53 @@ def parquet_strings(data: bytes) -> list[tuple[str, str]]:
     return out
 
 
-def _find(haystack: bytes, needle: str) -> bool:
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_text(data: bytes) -> bytes:
+    """Every byte of a PNG except its compressed pixels (IDAT): text chunks, with zTXt inflated."""
+    if not data.startswith(PNG_SIGNATURE):
+        return data
+    out, pos = [], len(PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"zTXt" and b"\0" in body:
+            name, rest = body.split(b"\0", 1)
+            body = name + b"\0" + zlib.decompress(rest[1:])
+        if kind != b"IDAT":
+            out.append(kind + body)
+        pos += 12 + length
+    return b"\n".join(out)
+
+
+def _is_text(rel: str) -> bool:
+    return rel.endswith((".md", ".json", ".txt", ".csv", ".yaml", ".html"))
+
+
+def _find(haystack: bytes, needle: str, fold: bool) -> bool:
     raw = needle.encode("utf-8")
-    return raw in haystack or raw.lower() in haystack.lower()
+    return raw in haystack or (fold and raw.lower() in haystack.lower())
 
 
 def leak_check(root: str | Path, sealed: set[str], vocabulary: set[str] = frozenset()) -> LeakReport:
-    """Search every public file's raw bytes, and every Parquet file's decoded strings, for sealed strings."""
+    """Search every public file's raw bytes, and every Parquet file's decoded strings, for sealed strings.
+
+    Text files are searched ignoring case. Binary files are searched case-sensitively (random
+    bytes match a short name ignoring case too often), plus their decoded strings ignoring case:
+    every Parquet value, name and metadata entry, and a PNG's chunks other than compressed pixels.
+    """
     root = Path(root)
     search, exempt = split_exempt(set(sealed), set(vocabulary))
     report = LeakReport(files=public_files(root), sealed=len(search), exempt=exempt)
     needles = sorted(search)
     for rel in report.files:
         data = (root / rel).read_bytes()
+        text = _is_text(rel)
+        if rel.endswith(".png"):
+            data, text = png_text(data), True
         for s in needles:
-            if _find(data, s):
+            if _find(data, s, fold=text):
                 report.findings.append((rel, "raw bytes", s))
         if rel.endswith(".parquet"):
             try:
@@ -144,8 +177,8 @@ def leak_check(root: str | Path, sealed: set[str], vocabulary: set[str] = frozen
             except (pa.ArrowInvalid, OSError) as exc:
                 report.findings.append((rel, f"unreadable Parquet ({exc})", ""))
                 continue
-            for where, text in strings:
-                low = text.lower()
+            for where, value in strings:
+                low = value.lower()
                 for s in needles:
                     if s.lower() in low:
                         report.findings.append((rel, where, s))

@@ -187,7 +187,15 @@ def compare(old: pl.DataFrame, new: pl.DataFrame) -> DriftReport:
     ).filter((pl.col("weight_old") > 0) | (pl.col("weight_new") > 0))
     problems = validate(_by_abs_delta(problems, "problem_id"), DRIFT_PROBLEMS, "drift_problems")
 
-    ops = problems.sort("problem_id").group_by("operator").agg(pl.col("weight_old").sum(), pl.col("weight_new").sum())
+    sums: dict[str, tuple[list, list]] = {}
+    for op, a, b in problems.sort("problem_id").select("operator", "weight_old", "weight_new").iter_rows():
+        sums.setdefault(op, ([], []))[0].append(a)
+        sums[op][1].append(b)
+    ops = pl.DataFrame(
+        {"operator": list(sums), "weight_old": [math.fsum(a) for a, _ in sums.values()],
+         "weight_new": [math.fsum(b) for _, b in sums.values()]},
+        schema={"operator": pl.String, "weight_old": pl.Float64, "weight_new": pl.Float64},
+    )
     ops = ops.with_columns((pl.col("weight_new") - pl.col("weight_old")).alias("delta"))
     ops = validate(_by_abs_delta(ops, "operator"), DRIFT_OPERATORS, "drift_operators")
     kept = problems.filter(pl.col("status") == "kept")

@@ -67,9 +67,17 @@ def _hardware_names() -> set[str]:
     return set(load_hardware())
 
 
-def _is_trace(rel: str) -> bool:
-    name = PurePosixPath(rel).name
-    return name not in SIDECAR_NAMES and name.endswith(TRACE_SUFFIXES)
+# Graph-capture traces (vLLM/SGLang `capture_traces/`) only serve to re-attribute graph replays
+# of the profile beside them; they are not profiles, so nobody need claim them.
+CAPTURE_DIR = "capture_traces"
+
+
+def is_profile(rel: str) -> bool:
+    """Whether a file under the trace root is a profile (not a sidecar or a graph-capture trace)."""
+    path = PurePosixPath(rel)
+    if CAPTURE_DIR in path.parts[:-1] or path.name in SIDECAR_NAMES:
+        return False
+    return path.name.endswith(TRACE_SUFFIXES)
 
 
 class _Root:
@@ -93,7 +101,7 @@ class _Root:
         return sorted(h[len(base) + 1 :] for h in hits if self.fs.isfile(h))
 
     def all_traces(self) -> list[str]:
-        return [p for p in self.glob("**/*") if _is_trace(p)]
+        return [p for p in self.glob("**/*") if is_profile(p)]
 
 
 def _positive(value, where: str) -> float:

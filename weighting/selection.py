@@ -86,10 +86,12 @@ def select_hot(
     policy = policy or load_policy()
     benchmarkable = is_benchmarkable or _registry_benchmarkable
     problems = problem_times(fleet_weights).filter(pl.col("fleet_card_hours") > 0)
-    ops = problems.group_by("operator").agg(
-        pl.col("fleet_card_hours").sum().alias("op_card_hours"),
-        pl.col("fleet_share").sum().alias("op_share"),
-        pl.len().alias("shapes_total"),
+    starts = group_starts(problems, ["operator"])
+    ops = problems[starts.tolist()].select("operator").with_columns(
+        # Fixed-order sums: a borderline coverage or min-share cut must not flip between runs.
+        pl.Series("op_card_hours", np.add.reduceat(problems["fleet_card_hours"].to_numpy(), starts)),
+        pl.Series("op_share", np.add.reduceat(problems["fleet_share"].to_numpy(), starts)),
+        pl.Series("shapes_total", np.diff(np.r_[starts, problems.height])),
     ).sort("op_card_hours", "operator", descending=[True, False])
 
     kept, operators = [], []

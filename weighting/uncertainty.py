@@ -7,7 +7,7 @@ import polars as pl
 
 from weighting.fleet import PHASES, Fleet
 from weighting.schema import WEIGHT_UNCERTAINTY, validate
-from weighting.weights import profile_shares, profiles
+from weighting.weights import phase_factor_array, profile_shares, profiles
 
 ALL_PHASES = (*PHASES, "unknown")
 
@@ -30,16 +30,9 @@ def _deployment_matrices(shares: pl.DataFrame, profs: pl.DataFrame, problems: di
 
 
 def _factors(labelled_mean: np.ndarray, mix: dict | None) -> np.ndarray:
-    """Per replicate, multipliers for prefill/decode/mixed/unknown (see weights.phase_factors)."""
-    out = np.ones((labelled_mean.shape[0], len(ALL_PHASES)))
-    if mix is None:
-        return out
-    total = labelled_mean.sum(axis=1)
-    for i, phase in enumerate(PHASES):
-        have = labelled_mean[:, i] > 0
-        # A resample that drew no profile with this phase has nothing to rescale: it stays as drawn.
-        out[have, i] = mix.get(phase, 0.0) * total[have] / labelled_mean[have, i]
-    return out
+    """Per replicate, multipliers for prefill/decode/mixed/unknown; unknown-phase time is never rescaled."""
+    # A resample that drew no profile with some phase rescales the rest, as weights.phase_factor_array says.
+    return np.hstack([phase_factor_array(labelled_mean, mix), np.ones((labelled_mean.shape[0], 1))])
 
 
 def bootstrap_replicates(

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import polars as pl
 
-from weighting.fleet import PHASES, Fleet, FleetError, FleetWarning
+from weighting.fleet import PHASES, Fleet, FleetError, FleetWarning, is_profile
 from weighting.schema import FLEET_WEIGHTS, validate
 
 KEY = ["operator", "shape", "phase"]
@@ -19,7 +19,8 @@ def profiles(traces: pl.DataFrame, fleet: Fleet) -> pl.DataFrame:
     owner = fleet.assignment()
     frame = traces.select("trace_id", "path", pl.col("gpu_ns").cast(pl.Int64).alias("total_ns"))
     frame = frame.with_columns(pl.col("path").replace_strict(owner, default=None).alias("deployment"))
-    unclaimed = frame.filter(pl.col("deployment").is_null())
+    profile = pl.Series([is_profile(p) for p in frame["path"].to_list()], dtype=pl.Boolean)
+    unclaimed = frame.filter(pl.col("deployment").is_null() & profile)
     if unclaimed.height:
         warnings.warn(
             f"{fleet.source}: {unclaimed.height} ingested trace(s) claimed by no deployment are left out: "
@@ -44,7 +45,16 @@ def profiles(traces: pl.DataFrame, fleet: Fleet) -> pl.DataFrame:
         )
     frame = frame.filter(pl.col("total_ns") > 0)
     present = set(frame["deployment"].to_list())
+    ingested = set(traces["path"].to_list())
     for d in fleet.deployments:
+        absent = [p for p in d.paths if p not in ingested]
+        if absent and len(absent) < len(d.paths):
+            warnings.warn(
+                f"{fleet.source}: deployment {d.id!r}: {len(absent)} of its {len(d.paths)} traces are not in the "
+                f"ingested traces table (quarantined?): {', '.join(absent[:3])}",
+                FleetWarning,
+                stacklevel=2,
+            )
         if d.id not in present:
             raise FleetError(
                 f"{fleet.source}: deployment {d.id!r}: none of its {len(d.paths)} trace(s) (field 'traces') "
@@ -78,17 +88,38 @@ def profile_shares(
     return rows.select("deployment", "trace_id", *KEY, "share").sort("deployment", *KEY, "trace_id")
 
 
-def phase_factors(labelled: dict[str, float], mix: dict[str, float] | None, where: str = "") -> dict[str, float]:
-    """Multipliers per phase so phase φ holds mix[φ] of the labelled time and the labelled total is kept."""
+def phase_factor_array(labelled: np.ndarray, mix: dict[str, float] | None) -> np.ndarray:
+    """Multipliers (rows × prefill/decode/mixed) putting mix[φ] of the labelled time in phase φ, total kept.
+
+    `labelled` holds each row's time per phase. Only phases that are named in the mix AND have
+    time take part: their time is pooled and shared out by the mix renormalised over them. When
+    every named phase has time and no unnamed one does (the case DESIGN.md states), that is
+    exactly share·mix[φ]·L/L_φ; otherwise a phase that cannot be rescaled stays as profiled.
+    """
+    out = np.ones_like(labelled, dtype=float)
     if mix is None:
-        return {p: 1.0 for p in PHASES}
-    total = sum(labelled.get(p, 0.0) for p in PHASES)
-    for p in PHASES:
-        if labelled.get(p, 0.0) > 0 and p not in mix:
-            raise FleetError(f"{where}.phase_mix has no entry for {p!r} but its profiles have {p}-phase time")
-        if mix.get(p, 0.0) > 0 and labelled.get(p, 0.0) <= 0:
-            raise FleetError(f"{where}.phase_mix.{p} = {mix[p]} but its profiles have no {p}-phase time to rescale")
-    return {p: (mix.get(p, 0.0) * total / labelled[p] if labelled.get(p, 0.0) > 0 else 1.0) for p in PHASES}
+        return out
+    target = np.array([mix.get(p, 0.0) for p in PHASES])
+    use = (labelled > 0) & np.array([p in mix for p in PHASES])
+    pool = np.where(use, labelled, 0.0).sum(axis=1, keepdims=True)
+    mass = np.where(use, target, 0.0).sum(axis=1, keepdims=True)
+    ok = use & (mass > 0)
+    safe = np.where(ok, labelled * mass, 1.0)
+    return np.where(ok, target * pool / safe, out)
+
+
+def phase_factors(labelled: dict[str, float], mix: dict[str, float] | None, where: str = "") -> dict[str, float]:
+    """Multipliers per phase for one deployment (see phase_factor_array); a FleetWarning where the mix cannot hold."""
+    if mix is not None:
+        for p in PHASES:
+            if labelled.get(p, 0.0) > 0 and p not in mix:
+                warnings.warn(f"{where}.phase_mix has no entry for {p!r}: its {p}-phase time is left as profiled",
+                              FleetWarning, stacklevel=3)
+            if mix.get(p, 0.0) > 0 and labelled.get(p, 0.0) <= 0:
+                warnings.warn(f"{where}.phase_mix.{p} = {mix[p]} but its profiles have no {p}-phase time; "
+                              "the mix is applied over the phases that have time", FleetWarning, stacklevel=3)
+    row = phase_factor_array(np.array([[labelled.get(p, 0.0) for p in PHASES]]), mix)[0]
+    return dict(zip(PHASES, row.tolist()))
 
 
 def group_starts(frame: pl.DataFrame, cols: list[str]) -> np.ndarray:

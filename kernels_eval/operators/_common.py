@@ -66,9 +66,31 @@ def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
+# Elements handled per slice when quantising large tensors, so fp32 temporaries stay near 1 GiB.
+CHUNK_ELEMENTS = 1 << 28
+
+
+def group_quantize_rows(x: torch.Tensor, group: int, *, min_scale: float = 1e-10):
+    """Quantize x [T, H] to fp8 with one fp32 scale per (row, group of `group` columns), in row slices;
+    returns (x_fp8 [T, H], scales [T, H/group])."""
+    t, h = x.shape
+    q = torch.empty(t, h, dtype=FP8, device=x.device)
+    scales = torch.empty(t, h // group, dtype=torch.float32, device=x.device)
+    step = max(1, CHUNK_ELEMENTS // max(h, 1))
+    for lo in range(0, t, step):
+        g = x[lo:lo + step].float().reshape(-1, h // group, group)
+        s = (g.abs().amax(dim=-1) / FP8_MAX).clamp(min=min_scale)
+        q[lo:lo + step] = quantize_fp8(g, s.unsqueeze(-1)).reshape(-1, h)
+        scales[lo:lo + step] = s
+    return q, scales
+
+
 def block_quantize(w: torch.Tensor, block_n: int, block_k: int):
     """Quantize the last two dims of w [..., N, K] to fp8 with one fp32 scale per (block_n x block_k) tile;
-    returns (w_fp8, scales [..., N/bn, K/bk])."""
+    returns (w_fp8, scales [..., N/bn, K/bk]). A 3-d w (experts) is done one expert at a time."""
+    if w.dim() == 3:
+        parts = [block_quantize(w[e], block_n, block_k) for e in range(w.shape[0])]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
     *lead, n, k = w.shape
     tiles = w.float().reshape(*lead, n // block_n, block_n, k // block_k, block_k)
     scale = tiles.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-12) / FP8_MAX

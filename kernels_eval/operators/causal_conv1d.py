@@ -15,7 +15,8 @@ class Model(nn.Module):
             raise ValueError(f"causal_conv1d: unsupported activation {activation!r}")
         self.activation = activation
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, initial_state: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                initial_state: torch.Tensor) -> torch.Tensor:
         dim, tokens = x.shape
         width = weight.shape[1]
         seq = torch.cat([initial_state[0, :, -(width - 1):].float(), x.float()], dim=-1) if width > 1 else x.float()

@@ -4,7 +4,7 @@ activation blocks)."""
 import torch
 from torch import nn
 
-from kernels_eval.operators._common import FP8_MAX, block_quantize, expand_blocks, quantize_fp8, randn, topk_routing
+from kernels_eval.operators._common import block_quantize, expand_blocks, group_quantize_rows, randn, topk_routing
 from kernels_eval.operators.fused_moe import moe_forward
 
 
@@ -38,13 +38,16 @@ def make_inputs(*, token_count: int, hidden_size: int, intermediate_size: int, n
                 device="cpu", generator=None) -> dict:
     """fp8 activations with per-(token, 128 columns) scales, block-quantised experts and top-k routing."""
     kw = dict(dtype=torch.bfloat16, device=device, generator=generator)
-    x = randn((token_count, hidden_size), **kw).float().reshape(token_count, hidden_size // 128, 128)
-    a_scale = (x.abs().amax(dim=-1) / FP8_MAX).clamp(min=1e-12)
-    hidden = quantize_fp8(x, a_scale.unsqueeze(-1)).reshape(token_count, hidden_size)
-    w1, fc1 = block_quantize(randn((num_experts, 2 * intermediate_size, hidden_size), **kw,
-                                   scale=hidden_size ** -0.5), 128, 128)
-    w2, fc2 = block_quantize(randn((num_experts, hidden_size, intermediate_size), **kw,
-                                   scale=intermediate_size ** -0.5), 128, 128)
+    hidden, a_scale = group_quantize_rows(randn((token_count, hidden_size), **kw), 128, min_scale=1e-12)
+    # One expert at a time: DeepSeek-sized pools (256 x 4096 x 7168) would need ~100 GB of fp32 temporaries.
+    w1_parts, w2_parts = [], []
+    for _ in range(num_experts):
+        w1_parts.append(block_quantize(randn((2 * intermediate_size, hidden_size), **kw, scale=hidden_size ** -0.5),
+                                       128, 128))
+        w2_parts.append(block_quantize(randn((hidden_size, intermediate_size), **kw, scale=intermediate_size ** -0.5),
+                                       128, 128))
+    w1, fc1 = torch.stack([p[0] for p in w1_parts]), torch.stack([p[1] for p in w1_parts])
+    w2, fc2 = torch.stack([p[0] for p in w2_parts]), torch.stack([p[1] for p in w2_parts])
     weights, ids = topk_routing(token_count, num_experts, top_k, device=device, generator=generator)
     return {"hidden_states": hidden, "w1": w1, "w2": w2, "topk_weights": weights, "topk_ids": ids,
-            "a_scale": a_scale.contiguous(), "fc1_scale": fc1, "fc2_scale": fc2}
+            "a_scale": a_scale, "fc1_scale": fc1, "fc2_scale": fc2}

@@ -8,7 +8,8 @@ from kernels_eval.operators._common import FP8_MAX, quantize_fp8, randn
 
 class Model(nn.Module):
     """residual_out = x + residual (bf16); y = rms_norm(residual_out) * weight (fp32);
-    scale = amax|y| / fp8_max per row (1 where the row is zero); returns (fp8(y / scale), scale [T, 1], residual_out)."""
+    scale = amax|y| / fp8_max per row (1 where the row is zero);
+    returns (fp8(y / scale), scale [T, 1], residual_out)."""
 
     def __init__(self, eps: float = 1e-5) -> None:
         super().__init__()

@@ -24,7 +24,8 @@ class Model(nn.Module):
         total = int(padded.sum())
         sorted_ids = torch.full((total,), sentinel, dtype=torch.int32, device=topk_ids.device)
         starts = torch.cumsum(padded, 0) - padded
-        rank_in_expert = torch.arange(flat.numel(), device=flat.device) - (torch.cumsum(counts, 0) - counts)[flat[order]]
+        first = torch.cumsum(counts, 0) - counts
+        rank_in_expert = torch.arange(flat.numel(), device=flat.device) - first[flat[order]]
         sorted_ids[starts[flat[order]] + rank_in_expert] = order.to(torch.int32)
         expert_ids = torch.repeat_interleave(torch.arange(self.num_experts, device=flat.device, dtype=torch.int32),
                                              padded // self.block_size)

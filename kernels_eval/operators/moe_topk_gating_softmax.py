@@ -7,14 +7,23 @@ from kernels_eval.operators._common import randn
 
 
 class Model(nn.Module):
-    """p = softmax(gating_output, -1) in fp32; (topk_weights, topk_ids) = top-k of p, ids int32, descending."""
+    """p = softmax(gating_output, -1) in fp32; (topk_weights, topk_ids) = top-k of p, ids int32, descending.
+    With num_expert_groups and topk_group > 0 (DeepSeek-V2 grouped routing) only experts of the topk_group
+    groups with the largest max-probability compete (the others count as probability 0)."""
 
-    def __init__(self, top_k: int) -> None:
+    def __init__(self, top_k: int, num_expert_groups: int = 0, topk_group: int = 0) -> None:
         super().__init__()
-        self.top_k = int(top_k)
+        self.top_k, self.groups, self.topk_group = int(top_k), int(num_expert_groups), int(topk_group)
 
     def forward(self, gating_output: torch.Tensor) -> dict:
-        weights, ids = torch.softmax(gating_output.float(), dim=-1).topk(self.top_k, dim=-1)
+        p = torch.softmax(gating_output.float(), dim=-1)
+        if self.groups > 0 and self.topk_group > 0:
+            t, e = p.shape
+            grouped = p.reshape(t, self.groups, e // self.groups)
+            best = grouped.amax(dim=-1).topk(self.topk_group, dim=-1).indices
+            keep = torch.zeros(t, self.groups, dtype=torch.bool, device=p.device).scatter_(1, best, True)
+            p = torch.where(keep[:, :, None], grouped, torch.zeros_like(grouped)).reshape(t, e)
+        weights, ids = p.topk(self.top_k, dim=-1)
         return {"topk_weights": weights, "topk_ids": ids.to(torch.int32)}
 
 

@@ -1,4 +1,4 @@
-"""linear_sigmoid_mul: out = sigmoid(hidden_states @ weight^T + bias) * post_mul_mat (bf16; Qwen2-MoE shared-expert gate)."""
+"""linear_sigmoid_mul: out = sigmoid(hidden_states @ weight^T + bias) * post_mul_mat (bf16; Qwen2-MoE shared gate)."""
 
 from kernels_eval.work._common import Smoke
 

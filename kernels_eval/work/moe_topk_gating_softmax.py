@@ -2,13 +2,14 @@
 
 from kernels_eval.work._common import Smoke
 
-INIT_KEYS = ("top_k",)
+INIT_KEYS = ("top_k", "num_expert_groups", "topk_group")
 INPUT_KEYS = ("token_count", "num_experts")
 PATH = "fp32_vector"
 OUTPUTS = ("topk_weights", "topk_ids")
 INPLACE: dict[str, str] = {}
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
-SMOKE = (Smoke({"top_k": 4}, {"token_count": 6, "num_experts": 16}),)
+SMOKE = (Smoke({"top_k": 4}, {"token_count": 6, "num_experts": 16}),
+         Smoke({"top_k": 2, "num_expert_groups": 4, "topk_group": 2}, {"token_count": 5, "num_experts": 16}))
 
 
 def flops(*, token_count, num_experts, **_):

@@ -49,10 +49,16 @@ def test_key_resolution_order(tmp_path, monkeypatch):
     (tmp_path / ids.KEY_FILE).write_text("ab" * 32 + "\n")
     assert ids.resolve_key(release=tmp_path) == (bytes([0xAB]) * 32, "release")
     monkeypatch.setenv(ids.KEY_ENV, "cd" * 16)
-    assert ids.resolve_key(release=tmp_path) == (bytes([0xCD]) * 16, "environment")
+    # The lineage's own key wins over the environment; the environment serves releases without one.
+    assert ids.resolve_key(release=tmp_path) == (bytes([0xAB]) * 32, "release")
+    assert ids.resolve_key(release=tmp_path / "sealed") == (bytes([0xCD]) * 16, "environment")
+    assert ids.resolve_key(derive_from=(b"x",)) == (bytes([0xCD]) * 16, "environment")
     assert ids.resolve_key(KEY, release=tmp_path) == (KEY, "argument")
     monkeypatch.setenv(ids.KEY_ENV, "not hex")
     with pytest.raises(ids.ProblemKeyError, match=ids.KEY_ENV):
+        ids.resolve_key(derive_from=(b"x",))
+    (tmp_path / ids.KEY_FILE).write_text("zz")
+    with pytest.raises(ids.ProblemKeyError, match="problem_id.key"):
         ids.resolve_key(release=tmp_path)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import zlib
 
 import polars as pl
 import pyarrow as pa
@@ -76,3 +77,15 @@ def test_sealed_strings_come_from_every_provenance_column():
     got = sealed_strings(prov, extra=["x"])  # too short to search for
     assert got == {"chat-llama3-8b", "llama3-8b", "vllm", "aten::mm", "ampere_bf16_gemm", "0123456789abcdef",
                    "llama3/rank0-2026.json.gz", "rank0-2026.json.gz"}
+
+
+def test_png_text_chunks_are_checked_but_pixels_are_not(copy):
+    sealed, vocab = _sealed(copy)
+    png = (copy / "plots" / "phase_split.png").read_bytes()
+    assert leak_check(copy, sealed, vocab).ok
+    # A tEXt chunk (as matplotlib's metadata= would write) right after IHDR.
+    body = b"Comment\0profiled with sglang"
+    chunk = len(body).to_bytes(4, "big") + b"tEXt" + body + zlib.crc32(b"tEXt" + body).to_bytes(4, "big")
+    ihdr_end = 8 + 12 + int.from_bytes(png[8:12], "big")
+    (copy / "plots" / "phase_split.png").write_bytes(png[:ihdr_end] + chunk + png[ihdr_end:])
+    assert ("plots/phase_split.png", "raw bytes", "sglang") in leak_check(copy, sealed, vocab).findings

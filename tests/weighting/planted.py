@@ -74,6 +74,15 @@ def build_root(public: Path, root: Path, names: list[str]) -> dict[str, list[str
 
 def ingest_root(root: Path, rels: dict[str, list[str]], out: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """traces and op_shape_time of the cut files, written to `out` as Parquet by ingest and read back."""
+    try:
+        import ingest.classify  # noqa: F401  (the classifier is installed)
+        from ingest.output import write_ingest
+    except ImportError:
+        write_ingest = None
+    if write_ingest is not None:
+        # The real `hotshape ingest --out DIR` path: DIR/traces.parquet and DIR/op_shape_time.parquet.
+        write_ingest([root / rel for paths in rels.values() for rel in paths], out, root=root)
+        return pl.read_parquet(out / "traces.parquet"), pl.read_parquet(out / "op_shape_time.parquet")
     from ingest.pipeline import ingest_trace
 
     summaries, parts = [], []

@@ -104,3 +104,23 @@ def test_real_hardware_table_names_the_contract_accelerators():
     hardware = pytest.importorskip("kernels_eval.hardware")
     assert {"H200", "H100", "H20", "B200", "MI300X", "XPU-A"} <= set(hardware.load_hardware())
     assert fleet_module._hardware_names() == set(hardware.load_hardware())
+
+
+def test_planted_fleet_loads_against_the_real_hardware_table(planted_fleet):
+    pytest.importorskip("kernels_eval.hardware")
+    root, fleet_yaml, *_ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root)
+    assert [d.accelerator for d in fleet.deployments] == ["H200", "MI300X", "B200"]
+    assert fleet.deployment("serve-vllm").card_hours == 4000.0
+
+
+def test_fsspec_trace_root(tmp_path, public_traces):
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    data = (public_traces / "hta/triton_example/triton_example.json.gz").read_bytes()
+    for rel in ("fleet-a/x/one.json.gz", "fleet-a/x/two.json.gz", "fleet-a/y/three.json.gz"):
+        fs.pipe(f"/hotshape-test/{rel}", data + rel.encode())
+    path = write_fleet(tmp_path / "fleet.yaml", [dep(traces=["x/*.json.gz"]), dep(id="deep", traces=["**/three.json.gz"])])
+    fleet = load_fleet(path, "memory://hotshape-test/fleet-a", accelerators=ACC)
+    assert fleet.assignment() == {"x/one.json.gz": "chat", "x/two.json.gz": "chat", "y/three.json.gz": "deep"}
+    assert fleet.unclaimed == ()

@@ -128,3 +128,11 @@ def test_registry_decides_benchmarkable_by_default():
     keep = {o for o in ("communication", "memcpy", "rms_norm") if registry.is_benchmarkable(o)}
     assert set(selected["operator"]) == keep
     assert "communication" not in keep and "memcpy" not in keep
+
+
+def test_selection_is_deterministic(planted_fleet):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fw = fleet_weights(ost, traces, load_fleet(fleet_yaml, root, accelerators=ACC))
+    a, ra = select_hot(fw, Policy(), is_benchmarkable=not_memory)
+    b, rb = select_hot(fw.sample(fraction=1.0, shuffle=True, seed=3), Policy(), is_benchmarkable=not_memory)
+    assert a.to_arrow().equals(b.to_arrow()) and ra == rb

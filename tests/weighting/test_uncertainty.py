@@ -40,14 +40,16 @@ def replicate_by_loops(traces, ost, mixes, selected, draws: dict) -> dict:
         for tid in ids:
             for r in rows[tid]:
                 share[(r["operator"], r["shape"], r["phase"])] += r["gpu_ns"] / total[tid] / len(ids)
-        mix = mixes.get(dep)
+        mix = mixes.get(dep) or {}
         per_phase = defaultdict(float)
         for k, v in share.items():
             per_phase[k[2]] += v
-        labelled = sum(v for p, v in per_phase.items() if p != "unknown")
+        # named phases that have time in this resample share their pooled time by the mix
+        use = [p for p in mix if per_phase[p] > 0]
+        pool, mass = sum(per_phase[p] for p in use), sum(mix[p] for p in use)
         for k, v in share.items():
-            if mix and k[2] != "unknown":
-                v = v * mix[k[2]] * labelled / per_phase[k[2]]
+            if k[2] in use and mass > 0:
+                v = v * (mix[k[2]] / mass) * pool / per_phase[k[2]]
             if k[:2] in keep:
                 fleet[k[:2]] += CARD_HOURS[dep] * v
     z = sum(fleet.values())

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 import planted
-from conftest import CARD_HOURS, DIR_OWNER, write_fleet
-from weighting.fleet import FleetError, load_fleet
+from conftest import CARD_HOURS, DIR_OWNER
+from weighting.fleet import FleetError, FleetWarning, load_fleet
 from weighting.weights import fleet_weights, phase_factors
 
 ACC = {"H200", "MI300X", "B200"}
@@ -88,13 +88,17 @@ def test_phase_mix_keeps_total_and_unknown_and_sets_the_split(planted_fleet):
     assert any(abs(a[p] - b[p]) > 1e-6 * b[p] for p in a if p != "unknown")
 
 
-def test_phase_factors_split_and_errors():
+def test_phase_factors_split_and_mismatches():
     f = phase_factors({"prefill": 0.2, "decode": 0.6}, {"prefill": 0.5, "decode": 0.5}, "x")
     assert 0.2 * f["prefill"] == pytest.approx(0.4) and 0.6 * f["decode"] == pytest.approx(0.4)
-    with pytest.raises(FleetError, match="no entry for 'mixed'"):
-        phase_factors({"prefill": 0.2, "mixed": 0.1}, {"prefill": 1.0}, "dep")
-    with pytest.raises(FleetError, match="phase_mix.decode"):
-        phase_factors({"prefill": 0.2}, {"prefill": 0.5, "decode": 0.5}, "dep")
+    # mixed time that the mix does not name stays as profiled; prefill and decode share the rest
+    with pytest.warns(FleetWarning, match=r"dep.phase_mix has no entry for 'mixed'"):
+        f = phase_factors({"prefill": 0.2, "decode": 0.2, "mixed": 0.1}, {"prefill": 0.25, "decode": 0.75}, "dep")
+    assert (0.2 * f["prefill"], 0.2 * f["decode"], 0.1 * f["mixed"]) == pytest.approx((0.1, 0.3, 0.1))
+    # a named phase with no time cannot be scaled up: the mix is renormalised over the phases that have time
+    with pytest.warns(FleetWarning, match=r"dep.phase_mix.decode = 0.5 but its profiles have no decode-phase time"):
+        f = phase_factors({"prefill": 0.2, "mixed": 0.2}, {"prefill": 0.25, "decode": 0.5, "mixed": 0.25}, "dep")
+    assert (0.2 * f["prefill"], 0.2 * f["mixed"]) == pytest.approx((0.2, 0.2))
 
 
 def test_results_do_not_depend_on_row_order(planted_fleet):
@@ -120,3 +124,36 @@ def test_more_attributed_than_total_is_an_error(planted_fleet):
     halved = traces.with_columns(pl.col("gpu_ns") // 1000)
     with pytest.raises(ValueError, match="more than its gpu_ns"):
         fleet_weights(ost, halved, fleet)
+
+
+def _with_copy(fleet, owner: str, copy: str):
+    from dataclasses import replace
+
+    deps = tuple(replace(d, paths=d.paths + (copy,)) if d.id == owner else d for d in fleet.deployments)
+    return replace(fleet, deployments=deps)
+
+
+def test_same_bytes_under_two_names_is_one_profile(planted_fleet):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    copy = "sglang_decode/copy-of-part0.json.gz"
+    dup = traces.filter(pl.col("path") == "sglang_decode/part0.json.gz").with_columns(pl.lit(copy).alias("path"))
+    both = pl.concat([traces, dup])
+    assert fleet_weights(ost, both, _with_copy(fleet, "chat-sglang", copy)).equals(fleet_weights(ost, traces, fleet))
+    with pytest.raises(FleetError, match=r"same bytes.*\['chat-sglang', 'train-misc'\]"):
+        fleet_weights(ost, both, _with_copy(fleet, "train-misc", copy))
+
+
+def test_profile_without_gpu_time_is_left_out_with_a_warning(planted_fleet):
+    root, fleet_yaml, traces, ost, _ = planted_fleet
+    fleet = load_fleet(fleet_yaml, root, accelerators=ACC)
+    empty_path = "alexnet/part0.json.gz"
+    empty_id = traces.filter(pl.col("path") == empty_path)["trace_id"][0]
+    zeroed = traces.with_columns(pl.when(pl.col("path") == empty_path).then(0).otherwise(pl.col("gpu_ns")).alias("gpu_ns"))
+    with pytest.warns(FleetWarning, match="no GPU time.*alexnet/part0"):
+        got = fleet_weights(ost.filter(pl.col("trace_id") != empty_id), zeroed, fleet)
+    # train-misc now averages over its three mi210 profiles only
+    want = expected_fleet(traces.filter(pl.col("path") != empty_path), ost.filter(pl.col("trace_id") != empty_id),
+                          planted_fleet[4])
+    got_map = {(r["operator"], r["shape"], r["phase"]): r["fleet_card_hours"] for r in got.iter_rows(named=True)}
+    assert got_map == pytest.approx(want, rel=1e-12)

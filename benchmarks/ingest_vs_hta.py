@@ -1,0 +1,101 @@
+"""Ingest speed and peak memory on one large trace: hotshape vs HTA's load vs bare JSON parsing.
+
+Each contender runs in a fresh process (so peak RSS is its own), REPEATS times; the table shows
+the median wall time and the median peak RSS. Usage (see benchmarks/README.md):
+
+    python benchmarks/ingest_vs_hta.py TRACE --hotshape-python .venv/bin/python \
+        --hta-python benchmarks/.venv/bin/python [--repeats 3] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Each snippet reads sys.argv[1] (the trace) and does the whole job of its contender.
+CONTENDERS = {
+    "json.loads": (
+        "hotshape",
+        "import gzip, json, sys; json.loads(gzip.decompress(open(sys.argv[1], 'rb').read()))",
+    ),
+    "orjson.loads": (
+        "hotshape",
+        "import gzip, orjson, sys; orjson.loads(gzip.decompress(open(sys.argv[1], 'rb').read()))",
+    ),
+    "hotshape read+attribute": (
+        "hotshape",
+        "import sys; from ingest.pipeline import read_events; e = read_events(sys.argv[1]); print(e.height, file=sys.stderr)",
+    ),
+    "hotshape ingest_trace": (
+        "hotshape",
+        "import sys; from ingest.pipeline import ingest_trace; r = ingest_trace(sys.argv[1]); print(r.events.height, file=sys.stderr)",
+    ),
+    "HTA TraceAnalysis": (
+        "hta",
+        # HTA loads a directory of rank files; the trace is linked into a fresh one as rank 0.
+        "import os, sys, tempfile, logging; logging.disable(logging.WARNING);"
+        "from hta.trace_analysis import TraceAnalysis;"
+        "d = tempfile.mkdtemp(); os.symlink(os.path.abspath(sys.argv[1]), os.path.join(d, 'rank-0.json.gz'));"
+        "t = TraceAnalysis(trace_dir=d); print(len(t.t.get_trace(0)), file=sys.stderr)",
+    ),
+}
+
+
+def run_once(python: str, code: str, trace: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS bytes of one fresh process running `code` on `trace`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([python, "-c", code, str(trace)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{code[:60]}... failed:\n{err}")
+    return wall, usage.ru_maxrss * 1024  # Linux reports KiB
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--hotshape-python", default=sys.executable)
+    parser.add_argument("--hta-python", default=None, help="python with HolisticTraceAnalysis installed")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    pythons = {"hotshape": args.hotshape_python, "hta": args.hta_python}
+    raw_mb = len(__import__("gzip").decompress(args.trace.read_bytes())) / 1e6
+    rows = []
+    for name, (env, code) in CONTENDERS.items():
+        if pythons[env] is None:
+            continue
+        runs = [run_once(pythons[env], code, args.trace) for _ in range(args.repeats)]
+        rows.append(
+            {
+                "contender": name,
+                "wall_s": statistics.median(r[0] for r in runs),
+                "wall_s_runs": [round(r[0], 3) for r in runs],
+                "peak_rss_mb": statistics.median(r[1] for r in runs) / 1e6,
+            }
+        )
+    base = {r["contender"]: r for r in rows}
+    print(f"trace: {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz, {raw_mb:.1f} MB JSON)")
+    print(f"{'contender':<26}{'wall s (median)':>16}{'peak RSS MB':>13}{'vs HTA':>9}")
+    for r in rows:
+        hta = base.get("HTA TraceAnalysis")
+        ratio = f"{hta['wall_s'] / r['wall_s']:.1f}x" if hta else "-"
+        print(f"{r['contender']:<26}{r['wall_s']:>16.3f}{r['peak_rss_mb']:>13.0f}{ratio:>9}")
+    if args.json:
+        args.json.write_text(json.dumps({"trace": str(args.trace), "json_mb": raw_mb, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""`hotshape build | refresh | import-atrex | export-atrex`: the command-line face of release."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _policy(path):
+    if path is None:
+        return None
+    from weighting.selection import load_policy
+
+    return load_policy(path)
+
+
+def _report(args, summary: dict, text: str) -> int:
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(text)
+    return 0
+
+
+def _run(command: str, fn) -> int:
+    # Bad input (layout, fleet, key, integrity, leak) is a clear one-line error, not a traceback.
+    try:
+        return fn()
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"hotshape {command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Build a release from a trace root and fleet.yaml."""
+    from release.build import build_release
+
+    def go():
+        s = build_release(args.traces, args.fleet, args.out, name=args.name, created=args.created,
+                          policy=_policy(args.policy))
+        return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} operators, "
+                       f"coverage {s['coverage'].get('coverage_of_fleet', 0):.1%}, leak check passed")
+
+    return _run("build", go)
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    """Add the next weights version to a release from the current traces."""
+    from release.build import refresh_release
+
+    def go():
+        s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy))
+        return _report(args, s, f"{s['release']}: weights v{s['version']} ({s['dropped']} problems "
+                       f"dropped to 0, {s['candidates']} candidates), total variation vs "
+                       f"v{s['version'] - 1} {s['drift']['total_variation']:.4f}")
+
+    return _run("refresh", go)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Import the Atrex-Bench data layout as a release."""
+    from release.atrex import import_atrex
+
+    def go():
+        s = import_atrex(args.dir, args.out, name=args.name, created=args.created)
+        return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} "
+                       f"operators, weights sum {s['weights_sum']:.12f}")
+
+    return _run("import-atrex", go)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write a release in the Atrex-Bench data layout."""
+    from release.atrex import export_atrex
+
+    def go():
+        s = export_atrex(args.release, args.out, weights_version=args.weights)
+        return _report(args, s, f"{s['out']}: {s['problems']} problems, {s['operators']} operators")
+
+    return _run("export-atrex", go)
+
+
+def _version(text: str) -> int:
+    return int(text.lstrip("v"))
+
+
+def register(subparsers) -> None:
+    """Add build, refresh, import-atrex and export-atrex to the hotshape command."""
+    p = subparsers.add_parser("build", help="traces + fleet.yaml -> a new release bundle")
+    p.add_argument("--traces", required=True, help="trace root (fleet.yaml globs are relative to it)")
+    p.add_argument("--fleet", required=True, help="fleet.yaml")
+    p.add_argument("--out", required=True, help="release directory to create (must not exist)")
+    p.add_argument("--name", help="release name (default: the --out directory's name)")
+    p.add_argument("--created", help="release date (default: fleet window end; never the clock)")
+    p.add_argument("--policy", help="selection policy YAML (default: weighting's policy.yaml)")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=run_build)
+
+    p = subparsers.add_parser("refresh", help="add weights vN+1 to a release from the current traces")
+    p.add_argument("release", help="release directory")
+    p.add_argument("--traces", required=True, help="trace root")
+    p.add_argument("--fleet", required=True, help="fleet.yaml")
+    p.add_argument("--created", help="date of the new weights version (default: fleet window end)")
+    p.add_argument("--policy", help="selection policy YAML")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=run_refresh)
+
+    p = subparsers.add_parser("import-atrex", help="Atrex-Bench data layout -> a release")
+    p.add_argument("dir", help="Atrex-Bench folder (holding data/ or operator_importance.json)")
+    p.add_argument("--out", required=True, help="release directory to create")
+    p.add_argument("--name", default="atrex-bench", help="release name")
+    p.add_argument("--created", help="release date (default: none recorded)")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=run_import)
+
+    p = subparsers.add_parser("export-atrex", help="a release -> the Atrex-Bench data layout")
+    p.add_argument("release", help="release directory")
+    p.add_argument("--out", required=True, help="folder to write data/ into")
+    p.add_argument("--weights", type=_version, help="use W_op of this weights version as importance (e.g. v2)")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=run_export)

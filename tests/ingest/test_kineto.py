@@ -1,0 +1,147 @@
+"""The Kineto reader on every public fixture generation: time conservation, timestamps, linking."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ingest.kineto import TraceError, read_kineto
+from ingest.pipeline import read_events
+from tests.conftest import EXAMPLES, PUBLIC_TRACES
+from tests.ingest import reference
+
+NOT_TRACES = {"benchmark_simple_add_et.json.gz", "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}
+FIXTURES = sorted(p for p in PUBLIC_TRACES.rglob("*.json.gz") if p.name not in NOT_TRACES)
+EXAMPLE_TRACES = sorted(EXAMPLES.rglob("*.json.gz"))
+
+
+def _id(path: Path) -> str:
+    return "/".join(path.parts[-2:])
+
+
+@pytest.mark.parametrize("path", FIXTURES + EXAMPLE_TRACES, ids=_id)
+def test_gpu_time_is_conserved_exactly(path):
+    """Σ over attribution classes = Σ GPU activity time in the file, in integer ns; nothing dropped or doubled."""
+    doc = reference.load_exact(path)
+    events = read_events(path)
+    assert events.height == len(reference.gpu_events(doc))
+    by_class = events.group_by("attribution").agg(pl.col("dur_ns").sum())
+    assert sum(by_class["dur_ns"].to_list()) == reference.total_gpu_ns(doc)
+    assert set(by_class["attribution"].to_list()) <= {"direct", "graph_replay", "launch_only", "unattributed"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tracelens/b200/eager_trace.json.gz",  # cudaLaunchKernelExC + cuLaunchKernelEx, relative µs + base ns
+        "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # ROCm hip* rows
+        "hta/timeline_analysis/sampled_rank-0.json.gz",  # no flow events at all
+        "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+        "tracelens/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz",
+        "tracelens/torch_compile_triton/trace.json.gz",
+    ],
+)
+def test_op_chain_matches_brute_force(public_traces, name):
+    """Each activity's op chain is exactly the set of CPU ranges enclosing its launch row."""
+    path = public_traces / name
+    expected = reference.expected_chains(reference.load_exact(path))
+    events = read_events(path).filter(pl.col("launch").is_not_null())
+    assert events.height > 0
+    for correlation, chain in events.select("correlation", "op_chain").unique("correlation").iter_rows():
+        assert chain == expected[correlation], correlation
+
+
+def test_legacy_format_links_by_correlation(public_traces):
+    """PyTorch <= 1.13 traces (async_cpu_to_gpu flows, Profiler Event Index) link through correlation."""
+    path = public_traces / "hta/trace_diff/control/control.json.gz"
+    events = read_events(path)
+    direct = events.filter(pl.col("attribution") == "direct")
+    assert direct.height / events.height > 0.99
+    # Backward-pass GEMMs are launched from autograd ops on the backward thread.
+    mm = direct.filter(pl.col("kernel").str.contains("gemm") & (pl.col("op") == "aten::mm"))
+    assert mm.height > 0
+    assert all(any(n.startswith("autograd::engine") for n in chain) for chain in mm["op_chain"].head(20))
+
+
+def test_absolute_float_timestamps_keep_their_written_digits(public_traces):
+    """ns_resolution_trace: absolute epoch µs with a fraction; ts_ns is the text's value exactly."""
+    path = public_traces / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    doc = reference.load_exact(path)
+    expected = sorted(reference.ns(e["ts"]) for e in reference.gpu_events(doc))
+    assert sorted(read_events(path)["ts_ns"].to_list()) == expected
+
+
+def test_base_time_nanoseconds_is_applied(public_traces):
+    """Relative µs + baseTimeNanoseconds (PyTorch >= 2.4) become absolute epoch ns."""
+    path = public_traces / "tracelens/b200/eager_trace.json.gz"
+    doc = reference.load_exact(path)
+    base = int(doc["baseTimeNanoseconds"])
+    expected = sorted(base + reference.ns(e["ts"]) for e in reference.gpu_events(doc))
+    got = read_events(path)["ts_ns"].to_list()
+    assert sorted(got) == expected
+    assert min(got) > 1_600_000_000 * 10**9  # a date after 2020, so the base really was added
+
+
+def test_integer_microsecond_timestamps(public_traces):
+    """PyTorch 2.0-era traces write integer µs; durations come out as whole µs in ns."""
+    events = read_events(public_traces / "hta/negative_queue_length_values_check/rank0.json.gz")
+    assert (events["dur_ns"] % 1000 == 0).all()
+
+
+def test_integers_beyond_int64_are_read(public_traces):
+    """A `Comms Id` above int64's range does not stop the reader; the kernel without a launch is kept."""
+    events = read_events(public_traces / "hta/large_integer_trace/rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz")
+    assert events.select("kernel", "attribution", "dur_ns").rows() == [("ncclKernel_AllReduce", "unattributed", 50_000)]
+
+
+def test_graph_replays_are_marked_and_ordered(public_traces):
+    """A FULL HIP-graph decode step: one hipGraphLaunch, its kernels kept, marked and numbered in order."""
+    events = read_events(public_traces / "tracelens/inference/vllm_decode_full/graph_execution.json.gz")
+    graph = events.filter(pl.col("graph_launch"))
+    assert graph["launch"].unique().to_list() == ["hipGraphLaunch"]
+    assert (graph["attribution"] == "graph_replay").all()
+    ordered = graph.sort("ts_ns")["graph_kernel_index"].to_list()
+    assert ordered == list(range(len(ordered)))
+    assert any("execute_" in (a or "") for a in graph["annotation"].to_list())
+
+
+def test_gpu_only_trace_keeps_launches_without_ops(public_traces):
+    """A trace with runtime rows but no cpu_op: every kernel linked to its launch, none to an op."""
+    events = read_events(public_traces / "tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz")
+    assert (events["attribution"] == "launch_only").all()
+    assert events["launch"].null_count() == 0
+
+
+def test_shape_args_of_the_op_are_kept(public_traces):
+    """The launching op's Input Dims / Input type / Concrete Inputs arrive as compact JSON."""
+    events = read_events(public_traces / "tracelens/b200/eager_trace.json.gz")
+    rms = events.filter(pl.col("op") == "_C::fused_add_rms_norm").row(0, named=True)
+    dims = json.loads(rms["input_dims"])
+    assert len(dims) == 4 and dims[0] == dims[1] and dims[0][1] == dims[2][0]
+    assert json.loads(rms["input_types"])[0] == "c10::BFloat16"
+    chain_args = json.loads(rms["op_chain_args"])
+    assert len(chain_args) == len(rms["op_chain"])
+    assert chain_args[rms["op_chain"].index("_C::fused_add_rms_norm")]["dims"] == dims
+
+
+def test_external_id_cross_check_agrees_on_modern_and_legacy(public_traces):
+    """`External id` is only a cross-check; on well-formed traces it agrees with the linked chain."""
+    for name in ("tracelens/b200/eager_trace.json.gz", "hta/trace_diff/control/control.json.gz"):
+        checked = read_events(public_traces / name)["external_id_agrees"].drop_nulls()
+        assert checked.len() > 0 and checked.all(), name
+
+
+def test_read_kineto_rejects_a_trace_without_gpu_activity(public_traces):
+    with pytest.raises(TraceError, match="no GPU activity") as info:
+        read_kineto(public_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert "rank-34" in str(info.value)
+
+
+def test_examples_have_graph_replays_and_capture_sidecars():
+    """The project's own CUDA-graph examples replay decode from graphs and ship their capture traces."""
+    graph = read_events(EXAMPLES / "traces/llama3-8b/graph.json.gz")
+    assert graph.filter(pl.col("graph_launch")).height > 100
+    assert (EXAMPLES / "traces/llama3-8b/capture_traces/graph.capture.json.gz").exists()

@@ -1,0 +1,177 @@
+"""build and refresh on real traces: leak-free, byte-deterministic, ids kept across refreshes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+
+import polars as pl
+import pytest
+import yaml
+
+from release.build import build_release, load_hardware_or_none, refresh_release
+from release.bundle import ReleaseIntegrityError, read_release
+from release.sealing import LeakError
+
+INFERENCE = "tracelens/inference"
+DECODE = f"{INFERENCE}/sglang_decode/sglang_Qwen3-8B_decode.json.gz"
+PREFILL = f"{INFERENCE}/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz"
+GRAPH = f"{INFERENCE}/vllm_decode_full/graph_execution.json.gz"
+
+
+def _hardware():
+    # Names only when the hardware table is not installed: the fleet needs known accelerators.
+    return load_hardware_or_none() or {"MI300X": None}
+
+
+def _fleet(path):
+    path.write_text(yaml.safe_dump({"window": {"start": "2026-10-01", "end": "2026-10-31"}, "deployments": [
+        {"id": "chat-qwen3-8b-prod", "model": "Qwen3-8B", "framework": "sglang", "accelerator": "MI300X",
+         "card_hours": 46080, "traces": ["chat/*.json.gz"]},
+        {"id": "batch-graph-replay", "model": "graph-model-x", "framework": "vllm", "accelerator": "MI300X",
+         "card_hours": 10000, "traces": ["batch/*.json.gz"]},
+    ]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fleet_root(public_traces, tmp_path_factory):
+    """A trace root with two real inference traces (one per deployment) and its fleet.yaml."""
+    base = tmp_path_factory.mktemp("fleet")
+    (base / "root" / "chat").mkdir(parents=True)
+    (base / "root" / "batch").mkdir()
+    shutil.copy(public_traces / DECODE, base / "root" / "chat" / "decode-replica0.json.gz")
+    shutil.copy(public_traces / GRAPH, base / "root" / "batch" / "replica0.json.gz")
+    return base / "root", _fleet(base / "fleet.yaml")
+
+
+@pytest.fixture(scope="module")
+def built(fleet_root, tmp_path_factory):
+    root, fleet = fleet_root
+    out = tmp_path_factory.mktemp("built") / "rel"
+    summary = build_release(root, fleet, out, name="bench", hardware=_hardware())
+    return out, summary
+
+
+def _shas(root):
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_build_writes_the_layout_and_passes_the_leak_check(built):
+    out, summary = built
+    assert summary["leak_check"]["ok"] and summary["leak_check"]["sealed_strings"] > 5
+    files = set(_shas(out))
+    assert {"release.json", "README.md", "public/manifest.parquet", "public/weights/v1.parquet",
+            "sealed/provenance.parquet", "sealed/roofline.parquet"} <= files
+    rel = read_release(out)
+    assert rel.info["created"] == "2026-10-31"  # from the fleet window, not the clock
+    assert abs(math.fsum(rel.weights()["weight"].to_list()) - 1) < 1e-12
+    prov = rel.sealed("provenance")
+    assert set(prov["problem_id"].to_list()) == set(rel.manifest["problem_id"].to_list())
+    assert {"chat-qwen3-8b-prod", "batch-graph-replay"} == set(prov["deployments"].explode().drop_nulls().to_list())
+    public = b"".join((out / f).read_bytes() for f in files if not f.startswith("sealed/"))
+    for secret in (b"Qwen3-8B", b"chat-qwen3-8b-prod", b"decode-replica0", b"sglang"):
+        assert secret.lower() not in public.lower()
+
+
+def test_build_twice_gives_identical_sha256s(fleet_root, built, tmp_path):
+    root, fleet = fleet_root
+    build_release(root, fleet, tmp_path / "again", name="bench", hardware=_hardware())
+    assert _shas(tmp_path / "again") == _shas(built[0])
+
+
+def test_a_sealed_name_as_release_name_fails_the_build_and_leaves_nothing(fleet_root, tmp_path):
+    root, fleet = fleet_root
+    with pytest.raises(LeakError, match="README.md|release.json"):
+        build_release(root, fleet, tmp_path / "leaky", name="Qwen3-8B bench", hardware=_hardware())
+    assert not (tmp_path / "leaky").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_corrupted_built_release_is_detected(built, tmp_path):
+    shutil.copytree(built[0], tmp_path / "r")
+    path = tmp_path / "r" / "public" / "manifest.parquet"
+    path.write_bytes(path.read_bytes().replace(b"rms_norm", b"rms_nrom", 1))
+    with pytest.raises(ReleaseIntegrityError, match="public/manifest.parquet"):
+        read_release(tmp_path / "r")
+
+
+def test_refresh_after_adding_a_trace_keeps_ids_and_adds_v2(public_traces, fleet_root, built, tmp_path):
+    root, fleet = fleet_root
+    shutil.copytree(root, tmp_path / "root")
+    shutil.copytree(built[0], tmp_path / "rel")
+    before = read_release(tmp_path / "rel")
+    shutil.copy(public_traces / PREFILL, tmp_path / "root" / "chat" / "prefill-replica1.json.gz")
+    summary = refresh_release(tmp_path / "rel", tmp_path / "root", fleet, hardware=_hardware())
+    rel = read_release(tmp_path / "rel")
+    assert rel.versions == [1, 2] and summary["version"] == 2
+    assert rel.manifest.equals(before.manifest)  # same problems, same ids
+    v1, v2 = rel.weights(1), rel.weights(2)
+    assert v1.equals(before.weights(1))
+    assert sorted(v2["problem_id"].to_list()) == sorted(rel.manifest["problem_id"].to_list())
+    for col in ("weight", "weight_decode"):
+        assert abs(math.fsum(v2[col].to_list()) - 1) < 1e-12
+    drift = rel.drift(2)
+    assert drift["total_variation"] > 0 and rel.info["weights"][1]["drift"] == "public/drift/v2.json"
+    # The prefill trace brings new hot shapes: listed as candidates, never given weight.
+    cands = rel.candidates(2)
+    assert cands.height == summary["candidates"] > 0
+    assert not set(cands["problem_id"].to_list()) & set(rel.manifest["problem_id"].to_list())
+    assert set(rel.sealed("provenance")["problem_id"].to_list()) == set(rel.manifest["problem_id"].to_list())
+    # The new trace's id and file name are sealed too (its shapes are only candidates so far).
+    assert summary["leak_check"]["ok"]
+    assert summary["leak_check"]["sealed_strings"] > built[1]["leak_check"]["sealed_strings"]
+    assert b"prefill-replica1" not in (tmp_path / "rel" / "release.json").read_bytes()
+
+
+def test_refresh_gives_dropped_problems_weight_zero(fleet_root, built, tmp_path):
+    root, _ = fleet_root
+    shutil.copytree(built[0], tmp_path / "rel")
+    # Only the chat deployment's traces now: problems seen only in the batch replica drop out.
+    only_chat = tmp_path / "fleet.yaml"
+    doc = yaml.safe_load(fleet_root[1].read_text())
+    doc["deployments"] = doc["deployments"][:1]
+    only_chat.write_text(yaml.safe_dump(doc))
+    with pytest.warns(Warning):
+        refresh_release(tmp_path / "rel", root, only_chat, hardware=_hardware())
+    rel = read_release(tmp_path / "rel")
+    prov = rel.sealed("provenance")
+    batch_only = {r["problem_id"] for r in prov.iter_rows(named=True) if r["deployments"] == ["batch-graph-replay"]}
+    assert batch_only
+    v2 = rel.weights(2)
+    assert (v2.filter(pl.col("problem_id").is_in(list(batch_only)))["weight"] == 0).all()
+    assert abs(math.fsum(v2["weight"].to_list()) - 1) < 1e-12
+
+
+def test_release_built_without_the_registry_gains_roofline_on_refresh(fleet_root, tmp_path):
+    table = load_hardware_or_none()
+    if not table:
+        pytest.skip("kernels_eval.hardware is not installed")
+    root, fleet = fleet_root
+    build_release(root, fleet, tmp_path / "rel", name="bench", hardware={"MI300X": None})
+    before = read_release(tmp_path / "rel")
+    assert before.info["roofline"] == {"ours": False}
+    assert before.sealed("roofline")["t_roofline_s"].null_count() == before.sealed("roofline").height
+    refresh_release(tmp_path / "rel", root, fleet, hardware=table)
+    after = read_release(tmp_path / "rel")
+    roof = after.sealed("roofline")
+    assert after.info["roofline"] == {"ours": True}
+    assert set(roof["hardware"].to_list()) == set(table) and roof["t_roofline_s"].null_count() < roof.height
+
+
+def test_cli_build_and_refresh_json(fleet_root, built, tmp_path, capsys):
+    from pipelines.cli import main
+
+    root, fleet = fleet_root
+    out = tmp_path / "cli"
+    assert main(["build", "--traces", str(root), "--fleet", str(fleet), "--out", str(out), "--name", "bench",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["sha256"] == built[1]["sha256"]  # same inputs, same bytes, whichever way it is built
+    assert main(["refresh", str(out), "--traces", str(root), "--fleet", str(fleet), "--created", "2026-11-30",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["version"] == 2 and summary["dropped"] == 0 and summary["candidates"] == 0
+    assert read_release(out).info["weights"][1]["created"] == "2026-11-30"
