@@ -22,6 +22,7 @@ class OperatorSpec:
     tolerance: dict[str, float]
     smoke: tuple[Smoke, ...]
     in_catalogue: bool
+    order_free_outputs: tuple[str, ...] = ()
 
 
 def operator_names() -> list[str]:
@@ -39,12 +40,14 @@ def spec(name: str) -> OperatorSpec:
     w = load_work(name)
     return OperatorSpec(name=name, init_keys=tuple(w.INIT_KEYS), input_keys=tuple(w.INPUT_KEYS),
                         outputs=tuple(w.OUTPUTS), inplace=dict(w.INPLACE), tolerance=dict(w.TOLERANCE),
-                        smoke=tuple(w.SMOKE), in_catalogue=name in CATALOGUE_OPERATORS)
+                        smoke=tuple(w.SMOKE), in_catalogue=name in CATALOGUE_OPERATORS,
+                        order_free_outputs=tuple(getattr(w, "ORDER_FREE_OUTPUTS", ())))
 
 
 def split_kwargs(operator: str, kwargs: dict) -> tuple[dict, dict]:
     """Split flat catalogue kwargs into (init_kwargs, input_kwargs) as shapes.json does; a key used by both
-    goes to both. Unknown `*dtype*` keys go to the inputs; any other unknown key is an error."""
+    goes to both. A `*dtype*` key the operator does not take is dropped (its reference fixes that dtype, as
+    the catalogue's does); any other unknown key is an error."""
     w = load_work(operator)
     init, inputs = {}, {}
     for key, value in kwargs.items():
@@ -53,12 +56,9 @@ def split_kwargs(operator: str, kwargs: dict) -> tuple[dict, dict]:
             init[key], known = value, True
         if key in w.INPUT_KEYS:
             inputs[key], known = value, True
-        if not known:
-            if "dtype" in key:
-                inputs[key] = value
-            else:
-                raise KeyError(f"{operator}: kwarg {key!r} is neither an init kwarg {w.INIT_KEYS} "
-                               f"nor an input kwarg {w.INPUT_KEYS}")
+        if not known and "dtype" not in key:
+            raise KeyError(f"{operator}: kwarg {key!r} is neither an init kwarg {w.INIT_KEYS} "
+                           f"nor an input kwarg {w.INPUT_KEYS}")
     return init, inputs
 
 

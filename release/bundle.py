@@ -102,7 +102,10 @@ def write_bundle(out: str | Path, files: dict[str, bytes], info: dict, replace: 
     """
     out = Path(out)
     files = {_check_rel(k): v for k, v in files.items()}
+    info = {k: v for k, v in info.items() if k != "digest"}
     info = dict(info, format=FORMAT, files={k: sha256(files[k]) for k in sorted(files)})
+    # release.json cannot list its own sha256; it carries the digest of the rest of itself instead.
+    info["digest"] = sha256(json_bytes(info))
     if out.exists() and not replace:
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
@@ -158,6 +161,8 @@ def load_info(path: str | Path) -> dict:
         raise ReleaseIntegrityError(f"{f}: not valid JSON ({exc})") from exc
     if info.get("format") != FORMAT or not isinstance(info.get("files"), dict):
         raise ReleaseIntegrityError(f"{f}: not a {FORMAT} release.json")
+    if info.get("digest") != sha256(json_bytes({k: v for k, v in info.items() if k != "digest"})):
+        raise ReleaseIntegrityError(f"{f}: its digest does not match its content (corrupted or edited)")
     return info
 
 

@@ -265,4 +265,4 @@ def fp8_blockscale_fused_moe(i, init):
 
 
 # Sequence operators (attention, caches, delta rule) live beside this file.
-from ke_oracles_sequence import *  # noqa: E402,F401,F403
+from .ke_oracles_sequence import *  # noqa: E402,F401,F403

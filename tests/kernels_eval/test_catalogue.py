@@ -59,7 +59,9 @@ def test_split_kwargs_rejects_unknown_keys():
         registry.split_kwargs("rms_norm", {"eps": 1e-6, "tokens": 3})
     init, inputs = registry.split_kwargs("rms_norm", {"eps": 1e-6, "token_count": 3, "hidden_size": 8,
                                                      "x_dtype": "bf16"})
-    assert init == {"eps": 1e-6} and inputs == {"token_count": 3, "hidden_size": 8, "x_dtype": "bf16"}
+    assert init == {"eps": 1e-6} and inputs == {"token_count": 3, "hidden_size": 8}
+    _, inputs = registry.split_kwargs("paged_attention_decode", {"num_seqs": 1, "dtype": "fp16"})
+    assert inputs == {"num_seqs": 1, "dtype": "fp16"}
 
 
 def _disagreements(atrex_dir) -> tuple[set, int]:

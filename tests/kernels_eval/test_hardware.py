@@ -96,3 +96,8 @@ def test_light_modules_do_not_import_torch():
             "print(','.join(bad))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"torch imported: {out.stdout.strip()}"
+
+
+def test_unknown_accelerator_is_named():
+    with pytest.raises(KeyError, match="TPU-Z"):
+        problem_roofline("rms_norm", {"eps": 1e-6}, {"token_count": 1, "hidden_size": 8}, "TPU-Z")

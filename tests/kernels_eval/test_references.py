@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import ke_oracles  # noqa: E402
+from . import ke_oracles  # noqa: E402
 
 from kernels_eval import registry  # noqa: E402
 

@@ -129,3 +129,13 @@ def test_paths_outside_the_release_are_refused(tmp_path):
     with pytest.raises(ReleaseError, match="bad file path"):
         write_bundle(tmp_path / "r", {"../evil": b"x"}, {})
     shutil.rmtree(tmp_path / "r", ignore_errors=True)
+
+
+def test_edited_release_json_is_detected(tmp_path):
+    _write(tmp_path / "r")
+    path = tmp_path / "r" / "release.json"
+    info = json.loads(path.read_text())
+    info["name"] = "renamed"
+    path.write_text(json.dumps(info))
+    with pytest.raises(ReleaseIntegrityError, match="release.json: its digest"):
+        read_release(tmp_path / "r")

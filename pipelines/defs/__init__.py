@@ -1,0 +1,1 @@
+"""Dagster definitions per domain package: assets, their checks, jobs, sensors and schedules."""

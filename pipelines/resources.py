@@ -1,0 +1,126 @@
+"""The one resource: where the pipeline reads traces, fleet and submissions, and where it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import dagster as dg
+
+# HOTSHAPE_* environment variables override the defaults when definitions load (see store_from_env).
+ENV_FIELDS = {
+    "trace_root": "HOTSHAPE_TRACES",
+    "fleet": "HOTSHAPE_FLEET",
+    "out": "HOTSHAPE_OUT",
+    "submissions": "HOTSHAPE_SUBMISSIONS",
+    "release_name": "HOTSHAPE_RELEASE_NAME",
+    "policy": "HOTSHAPE_POLICY",
+    "coverage_floor": "HOTSHAPE_COVERAGE_FLOOR",
+}
+
+
+class HotshapeStore(dg.ConfigurableResource):
+    """Trace root, fleet.yaml, submissions and the output directory of one hotshape pipeline.
+
+    Relative paths resolve against the working directory of the run (the repo root under
+    `dagster dev` and `hotshape run-pipeline`).
+    """
+
+    trace_root: str = "examples/traces"
+    fleet: str = "examples/fleet.yaml"
+    out: str = "out/pipeline"
+    submissions: str = "examples/submissions"
+    release_name: str = "hotshape"
+    policy: str | None = None  # selection policy YAML; None = weighting's policy.yaml
+    coverage_floor: float = 0.5  # fleet GPU time the selected problems must cover
+
+    # ---- traces -------------------------------------------------------------------------------
+    def trace_keys(self) -> list[str]:
+        """Every profile under the trace root as a relative posix path (sidecars left out)."""
+        from ingest.commands import discover
+
+        root = Path(self.trace_root)
+        if not root.is_dir():
+            return []
+        return [p.relative_to(root).as_posix() for p in discover([str(root)])]
+
+    def trace_path(self, key: str) -> Path:
+        """The trace file of partition `key`."""
+        return Path(self.trace_root) / key
+
+    def kernel_events_file(self, trace_id: str) -> Path:
+        """kernel_events of one trace, as `hotshape ingest` names it."""
+        return Path(self.out) / "ingest" / "kernel_events" / f"{trace_id}.parquet"
+
+    def op_shape_time_file(self, trace_id: str) -> Path:
+        """op_shape_time of one trace."""
+        return Path(self.out) / "ingest" / "op_shape_time" / f"{trace_id}.parquet"
+
+    def summary_file(self, key: str) -> Path:
+        """The ingest summary (a `traces` row) of the trace file behind partition `key`."""
+        return Path(self.out) / "ingest" / "traces" / f"{key}.json"
+
+    def write_summary(self, key: str, summary: dict) -> Path:
+        """Record the summary of partition `key`; the file name follows the partition, not the content."""
+        path = self.summary_file(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def read_summary(self, key: str) -> dict | None:
+        """The summary of partition `key`, or None when it was never ingested."""
+        path = self.summary_file(key)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    # ---- weights, releases, drift ---------------------------------------------------------------
+    @property
+    def weights_dir(self) -> Path:
+        """fleet_weights.parquet, hot_problems.parquet and coverage.json of the latest refresh."""
+        return Path(self.out) / "weights"
+
+    @property
+    def release_dir(self) -> Path:
+        """The release this pipeline builds and refreshes."""
+        return Path(self.out) / "releases" / self.release_name
+
+    @property
+    def drift_dir(self) -> Path:
+        """HTML drift reports, one per weights version after the first."""
+        return Path(self.out) / "drift"
+
+    def load_policy(self):
+        """The selection policy (weighting.selection.Policy)."""
+        from weighting.selection import load_policy
+
+        return load_policy(self.policy)
+
+    # ---- submissions ----------------------------------------------------------------------------
+    def submission_keys(self) -> list[str]:
+        """Submission directory names under the submissions root."""
+        root = Path(self.submissions)
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+
+    def submission_path(self, key: str) -> Path:
+        """The directory of submission `key`."""
+        return Path(self.submissions) / key
+
+    def results_dir(self, key: str) -> Path:
+        """Evaluation results of submission `key`."""
+        return Path(self.out) / "results" / key
+
+    def scores_dir(self, key: str) -> Path:
+        """Scores of submission `key`, one file per weights version."""
+        return Path(self.out) / "scores" / key
+
+
+def store_from_env(environ: Mapping[str, str] | None = None) -> HotshapeStore:
+    """The store with HOTSHAPE_* variables applied over the defaults; read when definitions load."""
+    environ = os.environ if environ is None else environ
+    fields = {name: environ[var] for name, var in ENV_FIELDS.items() if environ.get(var)}
+    if "coverage_floor" in fields:
+        fields["coverage_floor"] = float(fields["coverage_floor"])
+    return HotshapeStore(**fields)

@@ -1,0 +1,94 @@
+"""`hotshape ingest` end to end on the project's example traces: files written, summary, no leaks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.schema import KERNEL_EVENTS
+from tests.conftest import EXAMPLES, REPO
+from tests.ingest import reference
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ingest")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "ingest", str(EXAMPLES / "traces"), "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(proc.stdout)
+
+
+def test_summary_matches_the_files_and_the_raw_traces(ingested):
+    out, summary = ingested
+    assert summary["quarantined"] == []
+    paths = sorted(t["path"] for t in summary["traces"])
+    # Capture-phase traces are sidecars that explain replays, not profiles of their own.
+    assert paths == sorted(
+        p.relative_to(EXAMPLES / "traces").as_posix()
+        for p in (EXAMPLES / "traces").rglob("*.json.gz")
+        if "capture_traces" not in p.parts
+    )
+    traces = pl.read_parquet(out / "traces.parquet")
+    for t in summary["traces"]:
+        doc = reference.load_exact(EXAMPLES / "traces" / t["path"])
+        assert t["gpu_ns"] == reference.total_gpu_ns(doc)
+        assert t["attributed_ns"] + t["unattributed_ns"] == t["gpu_ns"]
+        assert sum(t["by_attribution"].values()) == t["gpu_ns"]
+        assert sum(t["by_operator"].values()) == t["gpu_ns"]
+        events = pl.read_parquet(out / "kernel_events" / f"{t['trace_id']}.parquet")
+        assert events.height == t["events"] == len(reference.gpu_events(doc))
+        assert set(KERNEL_EVENTS.names) <= set(events.columns)
+        row = traces.filter(pl.col("trace_id") == t["trace_id"]).row(0, named=True)
+        assert row["gpu_ns"] == t["gpu_ns"] and row["path"] == t["path"]
+
+
+def test_op_shape_time_conserves_each_trace(ingested):
+    out, summary = ingested
+    ost = pl.read_parquet(out / "op_shape_time.parquet")
+    per_trace = dict(ost.group_by("trace_id").agg(pl.col("gpu_ns").sum()).rows())
+    assert per_trace == {t["trace_id"]: t["gpu_ns"] for t in summary["traces"]}
+
+
+def test_raw_trace_metadata_never_reaches_outputs(ingested):
+    """Kineto's top-level metadata (trace ids, trace names, may hold env secrets) is not copied."""
+    out, summary = ingested
+    written = _all_text(out)
+    assert "aten::mm" in written  # the decoded outputs really are searched
+    for t in summary["traces"]:
+        doc = reference.load_exact(EXAMPLES / "traces" / t["path"])
+        for key in ("trace_id", "traceName"):
+            assert str(doc[key]) not in written
+
+
+def _all_text(folder) -> str:
+    """Every file under `folder` as text: Parquet decoded (rows and schema metadata), others as is."""
+    parts = []
+    for path in folder.rglob("*"):
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            parts.append(json.dumps(table.to_pylist(), default=str))
+            parts.append(str(table.schema.metadata))
+        elif path.is_file():
+            parts.append(path.read_bytes().decode(errors="replace"))
+    return "\n".join(parts)
+
+
+def test_report_prints_operators_and_phases(ingested):
+    out, _ = ingested
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "ingest", str(EXAMPLES / "traces/llama3-8b/eager.json.gz"),
+         "--out", str(out.parent / "one"), "--report"],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "gemm" in proc.stdout and "phase" in proc.stdout
