@@ -127,6 +127,10 @@ def read_capture(path: str | Path) -> pl.DataFrame:
                 continue  # warm-up runs and allocator work outside capture are not graph nodes
             w = windows[-1]
             ts, _, name, kernel, corr = launches[i]
+            if corr is not None and corr in executed and not kernel:
+                # It ran during the window (before capture began, or on an uncaptured stream):
+                # work that executes is not a graph node, which CUDA only records.
+                continue
             kernel = kernel or executed.get(corr)
             inner = chain[w + 1 :]
             rows["window"].append(f"{chain[w].name}@{chain[w].ts_ns}")
@@ -153,10 +157,17 @@ def _replay_token(kernel: str, category: str) -> str:
     return category if category in ("memcpy", "memset") else kernel
 
 
+def _kind(token: str | None) -> str:
+    return token if token in ("memcpy", "memset") else "kernel"
+
+
 def _align(replay: list[str], capture: list[str | None]) -> dict[int, int]:
-    if all(c is None for c in capture):
-        # CUDA launch rows carry no kernel name: only an exact node count allows positional alignment.
-        return {i: i for i in range(len(replay))} if len(replay) == len(capture) else {}
+    if all(c is None for c in capture if _kind(c) == "kernel"):
+        # CUDA launch rows carry no kernel name: align by launch order, which is the graph's node
+        # order for a single-stream capture; only when the node counts and the position of every
+        # memcpy/memset agree, so that a lost or extra row cannot shift every kernel after it.
+        same = len(replay) == len(capture) and all(_kind(r) == _kind(c) for r, c in zip(replay, capture))
+        return {i: i for i in range(len(replay))} if same else {}
     matcher = difflib.SequenceMatcher(None, replay, capture, autojunk=False)
     pairs: dict[int, int] = {}
     for block in matcher.get_matching_blocks():

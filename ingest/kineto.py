@@ -33,6 +33,15 @@ LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "Runtime"}
 OP_CATEGORIES = {"cpu_op", "Operator"}
 ANNOTATION_CATEGORIES = {"user_annotation"}
 
+# One lookup per event decides its role: a GPU category's value is its kind itself.
+_RANGE_OP, _RANGE_ANNOTATION, _LAUNCH = "range:op", "range:annotation", "launch"
+_KINDS = (
+    dict(GPU_CATEGORIES)
+    | dict.fromkeys(LAUNCH_CATEGORIES, _LAUNCH)
+    | dict.fromkeys(OP_CATEGORIES, _RANGE_OP)
+    | dict.fromkeys(ANNOTATION_CATEGORIES, _RANGE_ANNOTATION)
+)
+
 
 class TraceError(ValueError):
     """A trace file that cannot be read, with the file and the problem named."""
@@ -215,13 +224,13 @@ def _needs_exact_time(doc) -> bool:
     return False
 
 
-def _duration(path, event, kind) -> int:
-    dur = event.dur
-    if dur is None:
-        raise TraceError(path, f"{kind} event {event.name!r} at ts={event.ts} has no duration")
-    if dur < 0:
-        raise TraceError(path, f"{kind} event {event.name!r} at ts={event.ts} has negative duration {dur}")
-    return to_ns(dur)
+def _reject(path, event, kind) -> None:
+    what = {_RANGE_OP: "CPU", _RANGE_ANNOTATION: "CPU", _LAUNCH: "launch"}.get(kind, "GPU")
+    if event.ts is None:
+        raise TraceError(path, f"{what} event {event.name!r} has no timestamp")
+    if event.dur is None:
+        raise TraceError(path, f"{what} event {event.name!r} at ts={event.ts} has no duration")
+    raise TraceError(path, f"{what} event {event.name!r} at ts={event.ts} has negative duration {event.dur}")
 
 
 def _int(value, fallback):
@@ -260,50 +269,40 @@ def read_kineto(path: str | Path) -> KinetoTrace:
     launches: dict[int, LaunchRow] = {}
     ranges: dict[tuple, list[CpuRange]] = {}
     for event in doc.traceEvents:
-        cat = event.cat
-        if event.ph != "X" or cat is None:
+        kind = _KINDS.get(event.cat)
+        if kind is None or event.ph != "X":
             continue
-        if cat in GPU_CATEGORIES:
+        ts, dur = event.ts, event.dur
+        if dur is None or dur < 0 or ts is None:
+            _reject(path, event, kind)
+        # Inlined to_ns for the common float case: this loop runs once per event of the trace.
+        start = base_ns + (round(ts * 1000) if type(ts) is float else to_ns(ts))
+        dur_ns = round(dur * 1000) if type(dur) is float else to_ns(dur)
+        if kind is _RANGE_OP or kind is _RANGE_ANNOTATION:
+            thread = (event.pid, event.tid)
+            bucket = ranges.get(thread)
+            if bucket is None:
+                bucket = ranges[thread] = []
+            bucket.append(CpuRange(event.name or "", kind is _RANGE_OP, start, start + dur_ns, event.args))
+        elif kind is _LAUNCH:
+            args = _decode_args(path, event, _LAUNCH_ARGS)
+            if args.correlation is not None:
+                launches[args.correlation] = LaunchRow(
+                    event.name or "", (event.pid, event.tid), start, dur_ns, args.external_id
+                )
+        else:
             args = _decode_args(path, event, _GPU_ARGS)
-            if event.ts is None:
-                raise TraceError(path, f"GPU event {event.name!r} has no timestamp")
             activities.append(
                 GpuActivity(
                     name=event.name or "",
-                    category=GPU_CATEGORIES[cat],
-                    ts_ns=base_ns + to_ns(event.ts),
-                    dur_ns=_duration(path, event, "GPU"),
+                    category=kind,
+                    ts_ns=start,
+                    dur_ns=dur_ns,
                     device=_int(args.device, _int(event.pid, 0)),
                     stream=_int(args.stream, _int(event.tid, 0)),
                     correlation=args.correlation,
                     external_id=args.external_id,
                     graph_node=bool(args.graph_id),
-                )
-            )
-        elif cat in LAUNCH_CATEGORIES:
-            args = _decode_args(path, event, _LAUNCH_ARGS)
-            if args.correlation is None:
-                continue
-            launches[args.correlation] = LaunchRow(
-                name=event.name or "",
-                thread=(event.pid, event.tid),
-                ts_ns=base_ns + to_ns(event.ts or 0),
-                dur_ns=_duration(path, event, "launch"),
-                external_id=args.external_id,
-            )
-        elif cat in OP_CATEGORIES or cat in ANNOTATION_CATEGORIES:
-            start = base_ns + to_ns(event.ts or 0)
-            thread = (event.pid, event.tid)
-            bucket = ranges.get(thread)
-            if bucket is None:
-                bucket = ranges[thread] = []
-            bucket.append(
-                CpuRange(
-                    name=event.name or "",
-                    is_op=cat in OP_CATEGORIES,
-                    ts_ns=start,
-                    end_ns=start + _duration(path, event, "CPU"),
-                    raw_args=event.args,
                 )
             )
     if not activities:

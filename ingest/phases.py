@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,6 +18,9 @@ _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)\((?P<ctx
 _SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)")
 # SGLang scheduler: step[EXTEND bs=15 toks=15360], step[DECODE bs=32], step[MIXED bs=..]
 _SGLANG = re.compile(r"^step\[(?P<mode>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<rest>[^\]]*)\]")
+# ATOM-style ranges (and `hotshape capture --annotate`): the phase word, then its fields in
+# brackets: prefill[bs=8 toks=4096], decode[bs=8], mixed[bs=.. toks=..]. The whole name must match.
+_BRACKET = re.compile(r"^(?P<mode>prefill|decode|mixed|extend)\[(?P<rest>[^\]]*)\]$", re.IGNORECASE)
 # Plain ranges a user or another framework put around a phase (record_function / NVTX): the
 # whole name must be the phase word, optionally with a step word and a number, so that kernels
 # and ops such as `decode_attention_fwd` or `context_attention_fwd` never read as a phase.
@@ -30,7 +34,7 @@ class Step:
     """What a step annotation says: its phase, and the request/token counts it carries."""
 
     phase: str
-    rule: str  # annotation:vllm | annotation:sglang | annotation:range
+    rule: str  # annotation:vllm | annotation:sglang | annotation:bracket | annotation:range
     context_reqs: int | None = None
     generation_reqs: int | None = None
     tokens: int | None = None
@@ -55,6 +59,16 @@ def _sums(text: str) -> tuple[int | None, int | None]:
     return (int(m["sq"]), int(m["sk"])) if m else (None, None)
 
 
+def _fields_step(phase: str, rule: str, text: str) -> Step:
+    """A Step from `bs=.. toks=..` fields: bs counts the step's requests, toks its tokens."""
+    fields = dict(kv.split("=", 1) for kv in text.replace(",", " ").split() if "=" in kv)
+    bs = int(fields["bs"]) if fields.get("bs", "").isdigit() else None
+    toks = int(fields["toks"]) if fields.get("toks", "").isdigit() else None
+    ctx = bs if phase == "prefill" else None
+    gen = bs if phase == "decode" else None
+    return Step(phase, rule, ctx, gen, toks)
+
+
 @lru_cache(maxsize=65536)
 def parse_step(name: str | None) -> Step | None:
     """The Step a vLLM, SGLang or plain prefill/decode annotation describes; None for other names."""
@@ -76,14 +90,10 @@ def parse_step(name: str | None) -> Step | None:
         return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk)
     m = _SGLANG.match(name)
     if m:
-        mode = m["mode"]
-        fields = dict(kv.split("=", 1) for kv in m["rest"].split() if "=" in kv)
-        bs = int(fields["bs"]) if fields.get("bs", "").isdigit() else None
-        toks = int(fields["toks"]) if fields.get("toks", "").isdigit() else None
-        phase = _SGLANG_PHASE.get(mode, "unknown")
-        ctx = bs if phase == "prefill" else None
-        gen = bs if phase == "decode" else None
-        return Step(phase, "annotation:sglang", ctx, gen, toks)
+        return _fields_step(_SGLANG_PHASE.get(m["mode"], "unknown"), "annotation:sglang", m["rest"])
+    m = _BRACKET.match(name)
+    if m:
+        return _fields_step(_PLAIN_PHASE[m["mode"].lower()], "annotation:bracket", m["rest"])
     m = _PLAIN.match(name)
     if m:
         return Step(_PLAIN_PHASE[m["mode"].lower()], "annotation:range")
@@ -120,21 +130,54 @@ def merged_step(op_chain, annotation: str | None = None) -> Step | None:
 
 # Shape rule: what an attention call's shape says about the step it runs in.
 _DECODE_OPERATORS = {"paged_attention_decode", "mla_decode_attention"}
-_PREFILL_OPERATORS = {"attention_forward"}
-_ATTENTION = {"unified_attention"} | _DECODE_OPERATORS | _PREFILL_OPERATORS
+_ATTENTION = {"unified_attention", "attention_forward"} | _DECODE_OPERATORS
 
 
 def phase_from_shape(operator: str, shape: dict) -> str | None:
     """The phase an attention call's shape implies (decode ⇔ one query token per sequence), or None."""
     if operator in _DECODE_OPERATORS:
         return "decode"
-    if operator in _PREFILL_OPERATORS:
-        return "prefill"
+    if operator == "attention_forward":
+        # SDPA / flash / efficient attention: `seq_lens` are the query lengths of the batch.
+        q_lens = shape.get("seq_lens")
+        if isinstance(q_lens, list) and q_lens and all(isinstance(q, int) for q in q_lens):
+            return "decode" if max(q_lens) == 1 else "prefill"
+        return None
     if operator == "unified_attention":
         seqs, tokens = shape.get("num_seqs"), shape.get("num_tokens")
         if isinstance(seqs, int) and isinstance(tokens, int) and seqs > 0:
             return "decode" if tokens == seqs else None
     return None
+
+
+def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[int]) -> dict:
+    """Rows the shape rule decides together: one group per step as far as the trace shows steps.
+
+    A graph launch replaying attention is a whole step (a FULL graph), so it is its own group
+    and also separates the eager work before it from the work after it; the rest is grouped by
+    its innermost non-step annotation, within those separations.
+    """
+    n = events.height
+    graph = events["graph_launch"].fill_null(False).to_list()
+    correlation = events["correlation"].to_list()
+    ts = events["ts_ns"].to_list()
+    annotations = events["annotation"].to_list() if "annotation" in events.columns else [None] * n
+    first: dict = {}
+    for i in range(n):
+        if graph[i] and operators[i] in _ATTENTION:
+            first[correlation[i]] = None
+    for i in range(n):
+        if graph[i] and correlation[i] in first and (first[correlation[i]] is None or ts[i] < first[correlation[i]]):
+            first[correlation[i]] = ts[i]
+    starts = sorted(first.values())
+    groups: dict = {}
+    for i in undecided:
+        if graph[i] and correlation[i] in first:
+            key = ("graph", correlation[i])
+        else:
+            key = ("eager", annotations[i], bisect.bisect_right(starts, ts[i]))
+        groups.setdefault(key, []).append(i)
+    return groups, set(first)
 
 
 def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]) -> tuple[list[str], list[str]]:
@@ -151,13 +194,11 @@ def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]
         if step is not None and step.phase != "unknown":
             phase[i], rule[i] = step.phase, step.rule
 
-    # Shape rule: rows of one annotation group (or the whole trace when none) take the phase
-    # their attention calls agree on; a group whose attention calls disagree stays unknown.
-    groups: dict = {}
-    for i in range(n):
-        if rule[i] != "none":
-            continue
-        groups.setdefault(annotations[i], []).append(i)
+    # Shape rule: the rows of one step take the phase their attention calls agree on (for graph
+    # replays aligned with a capture trace, the capture-time shapes); a step whose attention
+    # calls disagree stays unknown.
+    undecided = [i for i in range(n) if rule[i] == "none"]
+    groups, full = _shape_groups(events, operators, undecided)
     for members in groups.values():
         seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}
         seen.discard(None)
@@ -167,10 +208,10 @@ def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]
                 phase[i], rule[i] = decided, "shape:attention"
 
     # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and
-    # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE) and SGLang capture FULL graphs for decode only.
-    graph = events["graph_launch"].to_list()
+    # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE), SGLang and static-cache HF loops capture
+    # FULL graphs for decode only.
+    graph = events["graph_launch"].fill_null(False).to_list()
     correlation = events["correlation"].to_list()
-    full = {correlation[i] for i in range(n) if graph[i] and operators[i] in _ATTENTION}
     for i in range(n):
         if rule[i] == "none" and graph[i] and correlation[i] in full:
             phase[i], rule[i] = "decode", "graph:full_graph_decode"

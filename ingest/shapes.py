@@ -12,7 +12,10 @@ from collections.abc import Callable
 # Keys beyond the catalogue, each because the catalogue's own cannot be recovered from a trace:
 #   attention: `num_tokens` (Σ query tokens; per-sequence `seq_lens` are not recorded), and from
 #     the step annotation `num_seqs` and, for paged decode, the mean `ctx_len`;
+#   attention_forward (SDPA): `seq_lens` are the query lengths; `kv_lens` where the keys are longer
+#     (decode and chunked prefill over a cache), `num_kv_heads` where K/V have fewer heads (GQA);
 #   gemm (not a catalogue operator): m, n, k and `batch` for bmm;
+#   fused_moe from aten::_grouped_mm: m (routed rows = tokens × top_k), n, k of one expert GEMM;
 #   fused_qkv_rope: `is_neox_style`; embedding: `num_embeddings`;
 #   `shape` (+ `dtype`): the first input's dims, for ops without a dedicated extractor.
 
@@ -136,7 +139,8 @@ def _silu_and_mul(a: Args) -> dict:
 
 def _rope(a: Args) -> dict:
     ts = a.tensors
-    if len(ts) < 3:
+    if len(ts) < 3 or a.op.startswith("triton_"):
+        # An Inductor kernel's arguments are its fused buffers, not (positions, q, k, ...).
         return _generic(a)
     positions, q, k = ts[0][1], ts[1][1], ts[2][1]
     tokens = math.prod(positions)
@@ -206,17 +210,40 @@ def _sdpa(a: Args) -> dict:
     if not ts:
         return _generic(a)
     _, q, t = ts[0]
-    if len(q) == 4 and re.search(r"_flash_attention_forward|_efficient_attention_forward", a.op):
-        # The kernels under SDPA take [batch, seq, heads, dim].
-        return {"num_heads": q[2], "head_dim": q[3], "seq_lens": [q[1]] * q[0], "dtype": t}
-    if len(q) == 4:  # aten SDPA: [batch, heads, seq, dim]
-        return {"num_heads": q[1], "head_dim": q[3], "seq_lens": [q[2]] * q[0], "dtype": t}
+    if len(q) == 4:
+        # aten SDPA (and its cudnn/math variants) take [batch, heads, seq, dim]; the flash and
+        # efficient kernels under it take [batch, seq, heads, dim].
+        bshd = re.search(r"_flash_attention_forward|_efficient_attention_forward", a.op) is not None
+        seq, heads = (1, 2) if bshd else (2, 1)
+        out = {"num_heads": q[heads], "head_dim": q[3], "seq_lens": [q[seq]] * q[0], "dtype": t}
+        k = ts[1][1] if len(ts) > 1 and len(ts[1][1]) == 4 else None
+        if k is not None:
+            if k[seq] != q[seq]:
+                out["kv_lens"] = [k[seq]] * k[0]  # decode / chunked prefill: the cache the queries read
+            if k[heads] != q[heads]:
+                out["num_kv_heads"] = k[heads]
+        return out
     out = _attention(a)
     return {"num_heads": out["num_query_heads"], "head_dim": out["head_size"], "num_tokens": out["num_tokens"], "dtype": t}
 
 
+def _grouped_mm(a: Args) -> dict:
+    # aten::_grouped_mm(x[rows, K], w[experts, K, N], offs[experts]): rows = tokens × top_k, which
+    # one call cannot split; K and N are hidden and 2×intermediate (gate/up) or the reverse (down).
+    ts = a.nd(2)
+    if len(ts) < 2 or len(ts[0][1]) != 2 or len(ts[1][1]) != 3 or ts[0][1][1] != ts[1][1][1]:
+        return _generic(a)
+    (_, x, t), (_, w, wt) = ts[0], ts[1]
+    out = {"num_experts": w[0], "m": x[0], "n": w[2], "k": w[1], "dtype": t}
+    if wt != t:
+        out["b_dtype"] = wt
+    return out
+
+
 def _moe(a: Args) -> dict:
     ts = a.nd(2)
+    if a.op == "aten::_grouped_mm":
+        return _grouped_mm(a)
     if not ts or a.op.startswith("triton_"):
         return _generic(a)  # an Inductor kernel fused into the MoE region: its own tensor, not the MoE's
     _, x, t = ts[0]

@@ -1,0 +1,358 @@
+"""Evaluate a submission against a release: per operator file, a worker process; per problem the stages
+compile → correctness → adoption → performance, judged here, outside the candidate's process.
+
+On `cpu` each operator is run on its registry smoke shapes through Triton's interpreter (once per operator;
+the verdict stands for each of its problems) and performance is not measured. On `cuda` every problem runs
+on its own shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kernels_eval import registry
+from kernels_eval.harness import adoption
+from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
+from kernels_eval.harness.process import WorkerDied, WorkerProcess
+from kernels_eval.harness.submission import operator_files
+
+STAGES = ("compile", "correctness", "adoption", "performance", "done")
+
+
+@dataclass
+class EvalConfig:
+    """Limits and counts of one evaluation run."""
+
+    device: str = "cpu"
+    sets: int = 3  # fresh random input sets per shape for correctness
+    call_timeout_s: float = 120.0
+    start_timeout_s: float = 300.0
+    memory_gb: float = 32.0  # host RSS limit of a worker
+    gpu_memory_fraction: float = 0.45
+    profile_calls: int = 3
+    timing_budget_s: float = 0.3
+    timing_max_calls: int = 200
+    sidestream_tolerance: float = 1.25  # profiled kernel time may exceed event time by this factor (+20 µs)
+    run: int = 0
+    hardware: str | None = None
+    keep_logs: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Problem:
+    """One manifest row with decoded kwargs."""
+
+    def __init__(self, row: dict) -> None:
+        self.problem_id = row["problem_id"]
+        self.operator = row["operator"]
+        self.init_kwargs = json.loads(row["init_kwargs"])
+        self.input_kwargs = json.loads(row["input_kwargs"])
+
+
+def detect_hardware(device: str) -> str:
+    """The hardware.yaml name of the local accelerator ('cpu' without one)."""
+    if device != "cuda":
+        return "cpu"
+    import torch
+
+    from kernels_eval.hardware import load_hardware
+
+    name = torch.cuda.get_device_name(0)
+    matches = [key for key in load_hardware() if key.lower() in name.lower()]
+    return max(matches, key=len) if matches else name
+
+
+class OperatorJudge:
+    """Runs one operator file's problems, respawning the worker whenever a candidate kills it."""
+
+    def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path) -> None:
+        self.operator, self.file, self.config, self.workdir = operator, file, config, workdir
+        self.spec = registry.spec(operator)
+        self.reference = registry.load_reference(operator)
+        self.worker: WorkerProcess | None = None
+        self.exchange = Path(tempfile.mkdtemp(prefix=f"x-{operator}-", dir=workdir))
+        self.log = workdir / f"{operator}.log"
+
+    # ---- worker plumbing --------------------------------------------------------------------------------
+
+    def _request(self, message: dict, timeout_s: float | None = None) -> dict:
+        if self.worker is None:
+            self.worker = WorkerProcess(device=self.config.device, log_path=self.log,
+                                        memory_bytes=int(self.config.memory_gb * 2**30),
+                                        start_timeout_s=self.config.start_timeout_s)
+        try:
+            return self.worker.request(message, timeout_s or self.config.call_timeout_s)
+        except WorkerDied:
+            self.worker = None
+            raise
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        shutil.rmtree(self.exchange, ignore_errors=True)
+
+    def _import(self, descs: dict) -> dict:
+        from kernels_eval.harness.channel import import_tensor
+
+        if not isinstance(descs, dict):
+            raise ValueError("worker reply lacks a tensor table")
+        return {str(k): import_tensor(v, str(self.exchange)) for k, v in descs.items()}
+
+    def _reference_inputs(self, input_kwargs: dict, seed: int) -> dict:
+        import torch
+
+        g = torch.Generator(device=self.config.device)
+        g.manual_seed(seed)
+        return self.reference.make_inputs(**input_kwargs, device=self.config.device, generator=g)
+
+    # ---- one shape --------------------------------------------------------------------------------------
+
+    def _init(self, init_kwargs: dict) -> dict:
+        return self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
+                              "device": self.config.device, "init_kwargs": init_kwargs,
+                              "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
+                              "gpu_memory_fraction": self.config.gpu_memory_fraction},
+                             max(self.config.call_timeout_s, self.config.start_timeout_s))
+
+    def _judged_call(self, model, init_kwargs: dict, input_kwargs: dict, **flags) -> tuple[dict, list[str], float]:
+        """(reply, failures, max error) of one worker call judged against the reference on the same seed."""
+        import torch
+
+        seed = secrets.randbits(62)
+        reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, **flags})
+        if not reply.get("ok"):
+            return reply, [reply.get("error", "call failed")], 0.0
+        got = self._import(reply.get("outputs"))
+        after = self._import(reply.get("inputs"))
+        before = self._reference_inputs(input_kwargs, seed)
+        pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in before.items()}
+        with torch.no_grad():
+            expected = named_outputs(model(**before), self.spec.outputs)
+        failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs)
+        failures += unchanged_inputs(after, pristine, set(self.spec.inplace.values()))
+        return reply, failures, err
+
+    def evaluate_shapes(self, shapes: list[tuple[dict, dict]]) -> dict:
+        """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator."""
+        v = {"stage": "compile", "compiled": False, "correct": False, "native": False, "native_fraction": None,
+             "fallbacks": [], "error": None, "max_abs_err": None, "t_measured_s": None, "t_p10_s": None,
+             "t_p90_s": None, "n_timed": None, "t_reference_s": None}
+        launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
+        gpu = self.config.device == "cuda"
+        try:
+            for index, (init_kwargs, input_kwargs) in enumerate(shapes):
+                model = self.reference.Model(**init_kwargs)
+                if gpu:
+                    model = model.to("cuda")
+                reply = self._init(init_kwargs)
+                if not reply.get("ok"):
+                    return self._fail(v, "compile", f"import/constructor failed: {reply.get('error')}")
+                for k in range(self.config.sets):
+                    reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True)
+                    if not reply.get("ok"):
+                        stage = "compile" if index == 0 and k == 0 else "correctness"
+                        return self._fail(v, stage, f"call failed: {reply.get('error')}")
+                    v["compiled"] = True
+                    launches += reply.get("launches", [])
+                    for op, n in reply.get("aten_ops", {}).items():
+                        aten_ops[op] = aten_ops.get(op, 0) + int(n)
+                    max_err = max(max_err, err)
+                    if failures and not errors:
+                        errors = [f"input set {k + 1}, {_shape_text(input_kwargs)}: " + "; ".join(failures[:3])]
+                # ghost replay: the submission's own kernels skipped; correct outputs mean they do no work
+                if any(x.get("owned") for x in launches):
+                    reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, ghost=True)
+                    ghost_passed = ghost_passed or (reply.get("ok") and not failures)
+        except WorkerDied as exc:
+            return self._fail(v, "correctness" if v["compiled"] else "compile", str(exc))
+        v["max_abs_err"] = max_err
+        v["correct"] = not errors
+        if gpu:
+            init_kwargs, input_kwargs = shapes[-1]
+            try:
+                prof = self._request({"cmd": "profile", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
+                                      "calls": self.config.profile_calls})
+            except WorkerDied as exc:
+                return self._fail(v, "adoption", str(exc), errors)
+            if not prof.get("ok"):
+                return self._fail(v, "adoption", f"profiling failed: {prof.get('error')}", errors)
+            verdict = adoption.gpu_adoption(prof["kernel_us"], launches + prof.get("launches", []), aten_ops)
+        else:
+            prof = None
+            verdict = adoption.cpu_adoption(launches, aten_ops)
+        if ghost_passed and verdict["native"]:
+            verdict.update(native=False, reason="outputs stay correct with the submission's @triton.jit kernels "
+                                                "skipped (they do not produce the result)")
+        v.update(native=verdict["native"], native_fraction=verdict["native_fraction"], fallbacks=verdict["fallbacks"])
+        if errors:
+            return self._fail(v, "correctness", errors[0])
+        if not verdict["native"]:
+            return self._fail(v, "adoption", verdict["reason"])
+        if not gpu:
+            v["stage"] = "done"
+            return v
+        return self._performance(v, model, shapes[-1], prof)
+
+    def _performance(self, v: dict, model, shape: tuple[dict, dict], prof: dict) -> dict:
+        import statistics
+
+        from kernels_eval.harness.timing import quantiles, time_calls
+
+        init_kwargs, input_kwargs = shape
+        kernel_s = sum(prof["kernel_us"].values()) / 1e6
+        event_s = statistics.median(prof["event_s"])
+        if kernel_s > self.config.sidestream_tolerance * event_s + 20e-6:
+            return self._fail(v, "performance", f"kernels ran {kernel_s * 1e6:.1f} µs per call on all streams but "
+                                                f"CUDA events on the calling stream saw {event_s * 1e6:.1f} µs "
+                                                "(work outside the timed stream)")
+        try:
+            timed = self._request({"cmd": "time", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
+                                   "budget_s": self.config.timing_budget_s,
+                                   "max_calls": self.config.timing_max_calls})
+            if not timed.get("ok"):
+                return self._fail(v, "performance", f"timing failed: {timed.get('error')}")
+            reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, reuse_buffers=True)
+        except WorkerDied as exc:
+            return self._fail(v, "performance", str(exc))
+        if not reply.get("ok") or failures:
+            v["correct"] = False
+            return self._fail(v, "performance", "wrong after timing, on fresh inputs in the timed buffers: "
+                                                + "; ".join(failures[:3] or [str(reply.get('error'))]))
+        times = [float(t) for t in timed["times_s"]]
+        if sum(times) > float(timed.get("host_s", 0)) * 1.05 + 1e-3 or min(times, default=0) <= 0:
+            return self._fail(v, "performance", "timed calls do not fit in the wall-clock time of the timing run")
+        q = quantiles(times)
+        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(times))
+        v["t_reference_s"] = self._reference_time(model, input_kwargs)
+        v["stage"] = "done"
+        return v
+
+    def _reference_time(self, model, input_kwargs: dict) -> float | None:
+        import torch
+
+        from kernels_eval.harness.timing import quantiles, time_calls
+
+        sets = [self._reference_inputs(input_kwargs, secrets.randbits(62)) for _ in range(2)]
+        with torch.no_grad():
+            times = time_calls(model, sets, budget_s=self.config.timing_budget_s,
+                               max_calls=self.config.timing_max_calls)
+        del sets
+        torch.cuda.empty_cache()
+        return quantiles(times)["median"]
+
+    @staticmethod
+    def _fail(v: dict, stage: str, error: str, errors: list[str] | None = None) -> dict:
+        """Stop at `stage` with `error`; a correctness failure already found takes precedence."""
+        if errors:
+            stage, error = "correctness", errors[0]
+        v["stage"], v["error"] = stage, error
+        return v
+
+
+def _shape_text(kwargs: dict) -> str:
+    return json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def evaluate(submission: str | Path, release, *, config: EvalConfig, ops: list[str] | None = None,
+             problems: list[str] | None = None, progress=None) -> list[dict]:
+    """Result rows (results_schema.RESULTS columns) of a submission on a release's problems."""
+    from kernels_eval.roofline import problem_roofline
+
+    submission = Path(submission)
+    files = operator_files(submission)
+    manifest = release.manifest.sort(["operator", "problem_id"]).to_dicts()
+    chosen = [Problem(r) for r in manifest
+              if (ops is None or r["operator"] in ops) and (problems is None or r["problem_id"] in problems)]
+    hardware = config.hardware or detect_hardware(config.device)
+    roof = _sealed_roofline(release, hardware)
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    base = {"submission": submission.name, "release": release.name, "run_id": run_id, "run": config.run,
+            "hardware": hardware, "device": config.device,
+            "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    rows = []
+    workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
+    try:
+        by_op: dict[str, list[Problem]] = {}
+        for p in chosen:
+            by_op.setdefault(p.operator, []).append(p)
+        for op, plist in by_op.items():
+            file = files.get(op)
+            verdicts: dict[str, dict] = {}
+            if file is None:
+                miss = {"stage": "compile", "compiled": False, "correct": False, "native": False,
+                        "fallbacks": [], "error": f"the submission has no {op}.py"}
+                verdicts = {p.problem_id: miss for p in plist}
+            elif not registry.is_benchmarkable(op):
+                verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
+                            for p in plist}
+            else:
+                judge = OperatorJudge(op, file, config, workdir)
+                try:
+                    if config.device == "cpu":
+                        smoke = [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke]
+                        t0 = time.monotonic()
+                        verdict = judge.evaluate_shapes(smoke)
+                        verdict["eval_s"] = time.monotonic() - t0
+                        verdicts = {p.problem_id: verdict for p in plist}
+                    else:
+                        for p in plist:
+                            t0 = time.monotonic()
+                            verdicts[p.problem_id] = judge.evaluate_shapes([(p.init_kwargs, p.input_kwargs)])
+                            verdicts[p.problem_id]["eval_s"] = time.monotonic() - t0
+                            if progress:
+                                progress(p, verdicts[p.problem_id])
+                finally:
+                    judge.close()
+                    if config.keep_logs is not None and judge.log.exists():
+                        config.keep_logs.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(judge.log, config.keep_logs / judge.log.name)
+            sha = file_sha256(file) if file is not None else None
+            for p in plist:
+                t_roof = roof.get(p.problem_id)
+                if t_roof is None and hardware != "cpu":
+                    try:
+                        t_roof = problem_roofline(op, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
+                    except (KeyError, ValueError):
+                        t_roof = None
+                rows.append(_row(base, p, verdicts[p.problem_id], sha, t_roof, config.device))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+def _row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:
+    t = v.get("t_measured_s")
+    ref = v.get("t_reference_s")
+    return {**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
+            "shape_kind": "smoke" if device == "cpu" else "problem", "stage": v.get("stage", "compile"),
+            "compiled": bool(v.get("compiled")), "correct": bool(v.get("correct")), "native": bool(v.get("native")),
+            "native_fraction": v.get("native_fraction"), "fallbacks": list(v.get("fallbacks") or []),
+            "error": v.get("error"), "max_abs_err": v.get("max_abs_err"), "performance_measured": t is not None,
+            "t_measured_s": t, "t_p10_s": v.get("t_p10_s"), "t_p90_s": v.get("t_p90_s"), "n_timed": v.get("n_timed"),
+            "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
+            "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.get("eval_s")}
+
+
+def _sealed_roofline(release, hardware: str) -> dict[str, float]:
+    frame = release.sealed("roofline")
+    if frame is None:
+        return {}
+    return {r["problem_id"]: r["t_roofline_s"] for r in frame.to_dicts() if r["hardware"] == hardware}
+
+
+def _scratch_dir() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > (1 << 30) else None

@@ -1,0 +1,116 @@
+"""Release assets: the release bundle (built, then refreshed to weights vN+1), its drift, and its checks."""
+
+from types import SimpleNamespace
+
+import dagster as dg
+import polars as pl
+
+from pipelines.defs.metadata import markdown_table, png_markdown
+from pipelines.defs.weighting import fleet_weights, ingested_traces, sums_to_one, weight_sums
+from pipelines.resources import HotshapeStore
+from release.build import build_release, fleet_secrets, refresh_release
+from release.bundle import read_release
+from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
+from release.schema import PHASES
+from release.sealing import leak_check, public_vocabulary, sealed_strings
+from weighting.drift import compare
+from weighting.drift_report import write_html
+from weighting.fleet import load_fleet
+
+
+@dg.asset(group_name="release", kinds={"parquet"}, deps=[fleet_weights])
+def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
+    """The release: public manifest and weight versions, sealed provenance and roofline; refreshed to vN+1 once it exists."""
+    out, policy = store.release_dir, store.load_policy()
+    if (out / "release.json").is_file():
+        summary = refresh_release(out, store.trace_root, store.fleet, policy=policy)
+    else:
+        summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy)
+    rel = read_release(out)
+    latest = rel.info["weights"][-1]
+    return dg.MaterializeResult(metadata={
+        "problems": rel.manifest.height,
+        "operators": rel.manifest["operator"].n_unique(),
+        "weights_version": rel.versions[-1],
+        "coverage_of_fleet": latest.get("coverage") or 0.0,
+        "leak_check": dg.MetadataValue.json(summary["leak_check"]),
+        "top_operators": markdown_table(operator_table(rel.manifest, rel.weights())),
+        "operator_weights": png_markdown(rel.read_bytes(PLOT_OPERATORS), "weight per operator"),
+        "phase_split": png_markdown(rel.read_bytes(PLOT_PHASES), "phase split"),
+        "path": dg.MetadataValue.path(str(out)),
+    })
+
+
+@dg.asset(group_name="release", kinds={"html"}, deps=[release_bundle])
+def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
+    """How the release's latest weights version moved from the one before, with an HTML report."""
+    rel = read_release(store.release_dir)
+    v = rel.versions[-1]
+    if len(rel.versions) < 2:
+        return dg.MaterializeResult(metadata={"weights_version": v, "compared_with": "nothing (first version)"})
+    ops = rel.manifest.select("problem_id", "operator")
+    report = compare(rel.weights(v - 1).join(ops, on="problem_id"), rel.weights(v).join(ops, on="problem_id"))
+    html = write_html(report, store.drift_dir / f"{rel.name}-v{v}.html", f"v{v - 1}", f"v{v}")
+    figures = {k: val for k, val in report.to_dict().items()
+               if k in ("js_divergence", "total_variation", "operator_total_variation", "spearman", "n_kept") and val is not None}
+    return dg.MaterializeResult(metadata={
+        "weights_version": v, "compared_with": f"v{v - 1}", **figures,
+        "newly_hot": len(report.newly_hot), "newly_cold": len(report.newly_cold),
+        "operator_movers": markdown_table(report.operators),
+        "report": dg.MetadataValue.path(str(html)),
+    })
+
+
+def _sealed(store: HotshapeStore, rel) -> set[str]:
+    """Every sealed string of the release's lineage: provenance, deployments, models, frameworks, traces."""
+    fleet = load_fleet(store.fleet, store.trace_root)
+    traces, _, _ = ingested_traces(store, fleet)
+    return sealed_strings(rel.sealed("provenance"), fleet_secrets(SimpleNamespace(fleet=fleet, traces=traces, quarantined=[])))
+
+
+# The checks read the files as they are on disk (verify=False): they judge content, and a file edited
+# after the build must be judged, not rejected before anyone looks at it.
+@dg.asset_check(asset=release_bundle, blocking=True)
+def no_sealed_strings_in_public(store: HotshapeStore) -> dg.AssetCheckResult:
+    """No deployment, model, framework, raw op/kernel name or trace id appears in any public file."""
+    rel = read_release(store.release_dir, verify=False)
+    report = leak_check(store.release_dir, _sealed(store, rel), public_vocabulary(rel.manifest) | set(PHASES) | {"unknown"})
+    return dg.AssetCheckResult(passed=report.ok, metadata={
+        **report.summary(), "files_with_findings": dg.MetadataValue.json(sorted({f for f, _, _ in report.findings}))})
+
+
+@dg.asset_check(asset=release_bundle, name="weights_sum_to_one", blocking=True)
+def release_weights_sum_to_one(store: HotshapeStore) -> dg.AssetCheckResult:
+    """Every weights version of the release sums to 1 (within 1e-12), each phase column to 1 or 0."""
+    rel = read_release(store.release_dir, verify=False)
+    sums = {v: weight_sums(rel.weights(v)) for v in rel.versions}
+    return dg.AssetCheckResult(passed=all(sums_to_one(s, rel.weights(v)) for v, s in sums.items()),
+                               metadata={f"v{v}": dg.MetadataValue.json(s) for v, s in sums.items()})
+
+
+def missing_rooflines(manifest: pl.DataFrame, weights: pl.DataFrame, roofline: pl.DataFrame | None,
+                      accelerators: set[str]) -> pl.DataFrame:
+    """Selected problems (weight > 0) lacking a roofline time on some fleet accelerator: problem_id, operator, hardware."""
+    selected = manifest.join(weights.filter(pl.col("weight") > 0), on="problem_id").select("problem_id", "operator")
+    wanted = selected.join(pl.DataFrame({"hardware": sorted(accelerators)}, schema={"hardware": pl.String}), how="cross")
+    have = (roofline if roofline is not None else pl.DataFrame(schema={"problem_id": pl.String, "hardware": pl.String,
+                                                                         "t_roofline_s": pl.Float64}))
+    have = have.filter(pl.col("t_roofline_s").is_not_null()).select("problem_id", "hardware").unique()
+    return wanted.join(have, on=["problem_id", "hardware"], how="anti").sort("operator", "problem_id", "hardware")
+
+
+@dg.asset_check(asset=release_bundle)
+def every_selected_problem_has_roofline(store: HotshapeStore) -> dg.AssetCheckResult:
+    """Each problem with weight in the latest version has a roofline time on every accelerator of the fleet."""
+    rel = read_release(store.release_dir, verify=False)
+    accelerators = {d.accelerator for d in load_fleet(store.fleet, store.trace_root).deployments}
+    missing = missing_rooflines(rel.manifest, rel.weights(), rel.sealed("roofline"), accelerators)
+    lost = weight_of(missing, rel.weights())
+    return dg.AssetCheckResult(passed=missing.height == 0, metadata={
+        "missing": missing.height, "weight_without_roofline": lost,
+        "problems_missing": markdown_table(missing)})
+
+
+def weight_of(missing: pl.DataFrame, weights: pl.DataFrame) -> float:
+    """Total weight of the problems in `missing`."""
+    return float(weights.filter(pl.col("problem_id").is_in(missing["problem_id"].implode()))["weight"].sum())

@@ -1,0 +1,143 @@
+"""Fixtures for the Dagster tests: Dagster instances (sqlite, or a real PostgreSQL server) and stores."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.resources import HotshapeStore
+from tests.conftest import EXAMPLES
+
+EXAMPLE_TRACES = EXAMPLES / "traces"
+EXAMPLE_FLEET = EXAMPLES / "fleet.yaml"
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def example_store(out: Path, **fields) -> HotshapeStore:
+    """A store reading examples/ and writing under `out`."""
+    return HotshapeStore(**{"trace_root": str(EXAMPLE_TRACES), "fleet": str(EXAMPLE_FLEET), "out": str(out), **fields})
+
+
+# ---- PostgreSQL: Debian's server binaries, started in a temporary directory on a free port ----------
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[4]))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL cluster; `database()` hands out a fresh empty database per call."""
+
+    def __init__(self, bin_dir: Path):
+        self.bin_dir, self.port = bin_dir, _free_port()
+        # Not under pytest's basetemp: that is 0700 root-only, and the server must run as `postgres`
+        # when the tests run as root (initdb refuses root).
+        self.dir = Path(tempfile.mkdtemp(prefix="hotshape-pg-"))
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            try:
+                import pwd
+
+                pg = pwd.getpwnam("postgres")
+            except KeyError:
+                pg = None
+            if runuser is None or pg is None:
+                pytest.skip("running as root without a `postgres` user and runuser to start the server as")
+            os.chown(self.dir, pg.pw_uid, pg.pw_gid)
+            self.as_user = [runuser, "-u", "postgres", "--"]
+        self.data = self.dir / "data"
+        self._names = itertools.count()
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=60)
+
+    def start(self) -> "PostgresServer":
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "dagster", "--no-sync", "-E", "UTF8")
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -F"
+        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"), "-w", "start")
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def url(self, db: str) -> str:
+        # +psycopg2: SQLAlchemy 2.1 takes a bare postgresql:// to mean psycopg 3, which is not installed.
+        return f"postgresql+psycopg2://dagster@127.0.0.1:{self.port}/{db}"
+
+    def database(self) -> str:
+        """A new empty database's name."""
+        import psycopg2
+
+        name = f"hotshape_{next(self._names)}"
+        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="dagster", dbname="postgres")
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+        conn.close()
+        return name
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A running PostgreSQL server; the test skips when the server binaries are not installed."""
+    bin_dir = _pg_bin()
+    if bin_dir is None or not (bin_dir / "pg_ctl").exists():
+        pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")
+    server = PostgresServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def instance(request):
+    """A fresh Dagster instance: sqlite in a temp dir, and again on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        with dg.instance_for_test() as inst:
+            yield inst
+        return
+    server = request.getfixturevalue("postgres_server")
+    overrides = {"storage": {"postgres": {"postgres_url": server.url(server.database())}}}
+    with dg.instance_for_test(overrides=overrides) as inst:
+        yield inst
+
+
+@pytest.fixture(scope="module")
+def materialized(tmp_path_factory):
+    """The whole graph materialized once on examples/: (store, summary of the run)."""
+    from pipelines.commands import materialize_all
+
+    store = example_store(tmp_path_factory.mktemp("pipeline") / "out")
+    with dg.instance_for_test() as inst:
+        summary = materialize_all(store, inst)
+    return store, summary
+
+
+@pytest.fixture
+def materialized_copy(materialized, tmp_path):
+    """A private copy of the materialized outputs, free to tamper with."""
+    store, _ = materialized
+    out = tmp_path / "out"
+    shutil.copytree(store.out, out)
+    return example_store(out)

@@ -1,0 +1,82 @@
+"""materialize() of every asset on the real example traces, on sqlite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import polars as pl
+
+from kernels_eval.roofline import problem_roofline
+from pipelines.commands import materialize_all
+from release.bundle import read_release
+from tests.pipelines.conftest import example_store
+
+EXAMPLE_KEYS = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz", "llama3-8b/graph.json.gz",
+                "qwen3-30b-a3b/eager.json.gz", "qwen3-30b-a3b/graph.json.gz"]
+
+
+def _metadata(instance, key: str, partition: str | None = None) -> dict:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None), limit=1
+    ).records
+    assert records, f"{key}[{partition}] was never materialized"
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def _roofline_computable(rel, accelerator) -> bool:
+    """Independent oracle: every weighted problem gets a roofline from the registry directly."""
+    weighted = rel.manifest.join(rel.weights().filter(pl.col("weight") > 0), on="problem_id")
+    try:
+        for p in weighted.iter_rows(named=True):
+            problem_roofline(p["operator"], json.loads(p["init_kwargs"]), json.loads(p["input_kwargs"]), accelerator)
+    except (LookupError, ValueError, NotImplementedError):
+        return False
+    return True
+
+
+def test_whole_graph_on_examples(instance, tmp_path):
+    store = example_store(tmp_path / "out")
+    summary = materialize_all(store, instance)
+
+    assert sorted(instance.get_dynamic_partitions("trace_files")) == EXAMPLE_KEYS
+    assert [t["status"] for t in summary["traces"]] == ["ingested"] * 5
+    for key in EXAMPLE_KEYS:
+        trace = store.read_summary(key)
+        assert trace["path"] == key and trace["attributed_ns"] + trace["unattributed_ns"] == trace["gpu_ns"] > 0
+        events = pl.read_parquet(store.kernel_events_file(trace["trace_id"]))
+        meta = _metadata(instance, "kernel_events", key)
+        assert meta["dagster/row_count"] == events.height == trace["events"]
+        assert meta["trace_id"] == trace["trace_id"]
+        ost = pl.read_parquet(store.op_shape_time_file(trace["trace_id"]))
+        assert int(ost["gpu_ns"].sum()) == trace["gpu_ns"]  # op_shape_time keeps every ns of the trace
+        assert _metadata(instance, "op_shape_time", key)["top_operators"].startswith("| operator | gpu_ms | share |")
+        assert summary["checks"][f"kernel_events:gpu_time_conserved[{key}]"]
+
+    weights = _metadata(instance, "fleet_weights")
+    selected = pl.read_parquet(store.weights_dir / "hot_problems.parquet")
+    assert weights["problems"] == selected.height > 0 and weights["traces_used"] == 5
+    assert weights["traces_not_ingested"] == []
+    assert "| gemm |" in weights["top_operators"]
+
+    rel = read_release(store.release_dir)
+    assert summary["release"] == str(store.release_dir) and rel.versions == [1] == [summary["weights_version"]]
+    meta = _metadata(instance, "release_bundle")
+    assert meta["problems"] == rel.manifest.height and meta["weights_version"] == 1
+    assert meta["operator_weights"].startswith("![weight per operator](data:image/png;base64,")
+    assert _metadata(instance, "weight_drift")["compared_with"] == "nothing (first version)"
+
+    checks = summary["checks"]
+    for name in ("fleet_weights:weights_sum_to_one", "fleet_weights:coverage_above_floor",
+                 "release_bundle:no_sealed_strings_in_public", "release_bundle:weights_sum_to_one"):
+        assert checks[name], name
+    # The examples' shapes are still being wired to the work models: whatever the state, the check
+    # must agree with the registry asked directly.
+    from kernels_eval.hardware import load_hardware
+
+    assert checks["release_bundle:every_selected_problem_has_roofline"] == _roofline_computable(rel, load_hardware()["H200"])
+
+    # Same inputs again: nothing re-ingested, no new weights version.
+    again = materialize_all(store, instance)
+    assert [t["status"] for t in again["traces"]] == ["already ingested"] * 5
+    assert again["refreshed"] is False and read_release(store.release_dir).versions == [1]

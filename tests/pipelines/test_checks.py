@@ -1,0 +1,138 @@
+"""Each asset check passes on the example pipeline's real outputs and fails when they are broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from pipelines.commands import materialize_all
+from pipelines.definitions import ASSETS, CHECKS
+from pipelines.defs import ingest as ingest_defs
+from pipelines.defs.release import (every_selected_problem_has_roofline, no_sealed_strings_in_public,
+                                    release_weights_sum_to_one)
+from pipelines.defs.weighting import coverage_above_floor, hot_problem_weights_sum_to_one
+from tests.pipelines.conftest import EXAMPLE_TRACES, QUIET, example_store
+
+
+def run_check(store, check) -> tuple[dg.AssetCheckEvaluation, bool]:
+    """Run one unpartitioned check alone against `store`'s files: its evaluation and whether the run succeeded."""
+    with dg.instance_for_test() as inst:
+        result = dg.materialize(ASSETS + CHECKS, selection=dg.AssetSelection.checks(check), instance=inst,
+                                resources={"store": store}, run_config=QUIET, raise_on_error=False)
+    [evaluation] = result.get_asset_check_evaluations()
+    return evaluation, result.success
+
+
+def _meta(evaluation) -> dict:
+    return {k: v.value for k, v in evaluation.metadata.items()}
+
+
+def test_every_check_passes_on_the_examples_but_the_roofline_one_is_judged_elsewhere(materialized):
+    _, summary = materialized
+    passed = {k: v for k, v in summary["checks"].items() if "every_selected_problem_has_roofline" not in k}
+    assert len(passed) == 5 + 4 and all(passed.values()), passed
+
+
+# ---- conservation of GPU time per trace ----------------------------------------------------------
+
+def test_gpu_time_conserved_fails_and_blocks_when_a_row_is_lost(tmp_path, monkeypatch):
+    """A writer that loses one kernel row: the blocking check fails and op_shape_time never runs."""
+    real_write = ingest_defs.write_parquet_atomic
+    monkeypatch.setattr(ingest_defs, "write_parquet_atomic", lambda frame, path: real_write(frame.slice(1), path))
+    store = example_store(tmp_path / "out")
+    key = "llama3-8b-compiled/eager.json.gz"
+    with dg.instance_for_test() as inst:
+        inst.add_dynamic_partitions("trace_files", [key])
+        result = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], partition_key=key,
+                                instance=inst, resources={"store": store}, run_config=QUIET, raise_on_error=False)
+    [evaluation] = result.get_asset_check_evaluations()
+    meta = _meta(evaluation)
+    assert not evaluation.passed and not result.success
+    assert meta["rows_in_file"] - meta["rows_written"] == 1 and meta["missing_ns"] > 0
+    assert not store.op_shape_time_file(store.read_summary(key)["trace_id"]).exists()
+
+
+# ---- weights sum to 1 ------------------------------------------------------------------------------
+
+def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materialized_copy):
+    evaluation, _ = run_check(materialized_copy, hot_problem_weights_sum_to_one)
+    assert evaluation.passed and abs(_meta(evaluation)["sum_weight"] - 1.0) <= 1e-12
+    path = materialized_copy.weights_dir / "hot_problems.parquet"
+    pl.read_parquet(path).with_columns(pl.col("weight") * 1.001).write_parquet(path)
+    evaluation, success = run_check(materialized_copy, hot_problem_weights_sum_to_one)
+    assert not evaluation.passed and not success  # blocking: the release is never built from it
+    assert _meta(evaluation)["sum_weight"] == pytest.approx(1.001)
+
+
+def test_release_weights_sum_to_one_fails_on_an_edited_weights_file(materialized_copy):
+    evaluation, _ = run_check(materialized_copy, release_weights_sum_to_one)
+    assert evaluation.passed
+    path = materialized_copy.release_dir / "public" / "weights" / "v1.parquet"
+    pl.read_parquet(path).with_columns(pl.col("weight") * 2).write_parquet(path)
+    evaluation, _ = run_check(materialized_copy, release_weights_sum_to_one)
+    assert not evaluation.passed and _meta(evaluation)["v1"]["weight"] == pytest.approx(2.0)
+
+
+# ---- coverage above the configured floor -----------------------------------------------------------
+
+def test_coverage_floor_is_a_warning_that_passes_at_and_fails_above_the_coverage(materialized_copy):
+    coverage = json.loads((materialized_copy.weights_dir / "coverage.json").read_text())["coverage_of_fleet"]
+    at = materialized_copy.model_copy(update={"coverage_floor": coverage})
+    evaluation, _ = run_check(at, coverage_above_floor)
+    assert evaluation.passed and _meta(evaluation)["coverage_of_fleet"] == coverage
+    above = materialized_copy.model_copy(update={"coverage_floor": coverage + 1e-6})
+    evaluation, success = run_check(above, coverage_above_floor)
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN and success
+
+
+# ---- nothing sealed in public files ----------------------------------------------------------------
+
+@pytest.mark.parametrize("leak", ["chat-dense-8b", "qwen3-30b-a3b", "graph.json.gz"])
+def test_leak_check_finds_a_sealed_string_written_into_a_public_file(materialized_copy, leak):
+    evaluation, _ = run_check(materialized_copy, no_sealed_strings_in_public)
+    assert evaluation.passed and _meta(evaluation)["sealed_strings"] > 0
+    (materialized_copy.release_dir / "public" / "notes.md").write_text(f"Profiled on {leak.upper()} traces.\n")
+    evaluation, success = run_check(materialized_copy, no_sealed_strings_in_public)
+    assert not evaluation.passed and not success
+    assert _meta(evaluation)["files_with_findings"] == ["public/notes.md"]
+
+
+# ---- every selected problem has a roofline --------------------------------------------------------
+
+def test_roofline_check_passes_on_gemm_problems_of_the_dense_deployments(tmp_path):
+    """Real traces whose hot problems (GEMMs, min operator share 5%) all have work models."""
+    traces = tmp_path / "traces"
+    for rel in ("llama3-8b/eager.json.gz", "llama3-8b-compiled/eager.json.gz"):
+        (traces / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLE_TRACES / rel, traces / rel)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "deployments:\n"
+        "  - {id: chat-dense-8b, model: llama3-8b, framework: hf, accelerator: H200, card_hours: 46080, traces: ['llama3-8b/*.json.gz']}\n"
+        "  - {id: batch-compiled, model: llama3-8b, framework: tc, accelerator: H200, card_hours: 2880, traces: ['llama3-8b-compiled/*.json.gz']}\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("min_operator_share: 0.05\n")
+    store = example_store(tmp_path / "out", trace_root=str(traces), fleet=str(fleet), policy=str(policy))
+    with dg.instance_for_test() as inst:
+        summary = materialize_all(store, inst)
+    assert summary["checks"]["release_bundle:every_selected_problem_has_roofline"] is True
+
+
+def test_roofline_check_fails_when_a_weighted_problem_loses_its_roofline(materialized_copy):
+    from release.bundle import read_release
+
+    rel = read_release(materialized_copy.release_dir)
+    path = materialized_copy.release_dir / "sealed" / "roofline.parquet"
+    has_roofline = pl.read_parquet(path).filter(pl.col("hardware") == "H200", pl.col("t_roofline_s").is_not_null())
+    heaviest = rel.weights().join(has_roofline.select("problem_id"), on="problem_id").sort("weight", descending=True).row(0, named=True)
+    before, _ = run_check(materialized_copy, every_selected_problem_has_roofline)
+    pl.read_parquet(path).filter(pl.col("problem_id") != heaviest["problem_id"]).write_parquet(path)
+    evaluation, success = run_check(materialized_copy, every_selected_problem_has_roofline)
+    meta = _meta(evaluation)
+    assert not evaluation.passed and success  # not blocking: scores show 0 for such a problem instead
+    assert meta["missing"] == _meta(before)["missing"] + 1
+    assert meta["weight_without_roofline"] == pytest.approx(_meta(before)["weight_without_roofline"] + heaviest["weight"])

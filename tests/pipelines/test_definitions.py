@@ -1,0 +1,47 @@
+"""The code location loads, holds the whole graph, and keeps torch and triton off its import path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import dagster as dg
+
+from pipelines.definitions import defs
+from pipelines.resources import HotshapeStore, store_from_env
+from tests.conftest import REPO
+
+
+def test_definitions_load_with_every_asset_check_job_sensor_and_schedule():
+    d = defs()
+    dg.Definitions.validate_loadable(d)
+    repo = d.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} >= {
+        "kernel_events", "op_shape_time", "fleet_weights", "release_bundle", "weight_drift"}
+    checks = {f"{k.asset_key.to_user_string()}:{k.name}" for k in repo.asset_graph.asset_check_keys}
+    assert checks >= {
+        "kernel_events:gpu_time_conserved", "fleet_weights:weights_sum_to_one", "fleet_weights:coverage_above_floor",
+        "release_bundle:no_sealed_strings_in_public", "release_bundle:weights_sum_to_one",
+        "release_bundle:every_selected_problem_has_roofline"}
+    jobs = {j.name for j in repo.get_all_jobs()}
+    assert {"ingest_trace", "refresh_weights"} <= jobs
+    assert {s.name for s in repo.sensor_defs} >= {"new_trace_sensor"}
+    assert {s.name for s in repo.schedule_defs} >= {"refresh_schedule"}
+    # The ingest job is partitioned by trace file; the refresh job is not.
+    assert repo.get_job("ingest_trace").partitions_def.name == "trace_files"
+    assert repo.get_job("refresh_weights").partitions_def is None
+
+
+def test_importing_definitions_does_not_import_torch_or_triton():
+    code = (
+        "import sys, json; import pipelines.definitions as d; d.defs().get_repository_def().get_all_jobs();"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_store_reads_hotshape_environment_variables_when_definitions_load():
+    store = store_from_env({"HOTSHAPE_TRACES": "/data/traces", "HOTSHAPE_COVERAGE_FLOOR": "0.8", "HOME": "/root"})
+    assert (store.trace_root, store.coverage_floor, store.fleet) == ("/data/traces", 0.8, HotshapeStore().fleet)
