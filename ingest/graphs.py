@@ -15,6 +15,7 @@ import polars as pl
 
 from ingest.attribution import enclosing_stacks
 from ingest.kineto import TraceError, to_ns
+from ingest.phases import merged_step
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>.
 CAPTURE_WINDOW = re.compile(r"^capture_(?P<bs>\d+)_(?P<mode>\w+)$")
@@ -88,7 +89,12 @@ def _load(path: Path) -> dict:
 
 
 def read_capture(path: str | Path) -> pl.DataFrame:
-    """Every launch recorded inside a capture window of a capture trace, in order, with its op chain."""
+    """Every launch recorded inside a capture window of a capture trace, in order, with its op chain.
+
+    Launches whose work executed during the window (warm-up before capture began, uncaptured
+    streams) are left out: a captured launch only records a graph node, so on CUDA, where launch
+    rows carry no kernel name, the rest are the graph's nodes in launch order.
+    """
     path = Path(path)
     doc = _load(path)
     base = doc.get("baseTimeNanoseconds")
@@ -176,13 +182,52 @@ def _align(replay: list[str], capture: list[str | None]) -> dict[int, int]:
     return pairs
 
 
+def _step_size(chain) -> int | None:
+    """The batch a replay's step annotation names (tokens, else requests), to pick its capture size."""
+    step = merged_step(chain)
+    if step is None:
+        return None
+    if step.tokens:
+        return step.tokens
+    reqs = (step.context_reqs or 0) + (step.generation_reqs or 0)
+    return reqs or None
+
+
+def _window_size(window: str) -> int | None:
+    m = CAPTURE_WINDOW.match(window.split("@")[0])
+    return int(m["bs"]) if m else None
+
+
+def _best_window(tokens: tuple, size: int | None, windows: dict) -> tuple[str | None, dict]:
+    """The capture window a replay aligns with best, and the pairs; (None, {}) if none or ambiguous.
+
+    Windows of several captured sizes can align equally well (the same kernels at another
+    batch). Frameworks replay the smallest captured size that holds the step, so the step's
+    size picks among them; without one, an order-only (CUDA) alignment is ambiguous and left out.
+    """
+    scored = [(w, _align(list(tokens), steps)) for w, (steps, _, _) in windows.items()]
+    top = max((len(pairs) for _, pairs in scored), default=0)
+    tied = [(w, pairs) for w, pairs in scored if top and len(pairs) == top]
+    if not tied:
+        return None, {}
+    if len(tied) == 1:
+        return tied[0]
+    fitting = sorted((_window_size(w), w, pairs) for w, pairs in tied if size is not None and (_window_size(w) or 0) >= size)
+    if fitting:
+        return fitting[0][1], fitting[0][2]
+    by_order = all(_kind(c) != "kernel" or c is None for c in windows[tied[0][0]][0])
+    return (None, {}) if by_order else tied[0]
+
+
 def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.DataFrame:
     """Graph-replay rows given the op chain and shapes of their aligned capture launch.
 
     Per graph launch, its kernels (in replay order) are aligned with the launches of the
-    best-matching capture window by kernel name; matched rows get the capture-time op chain
-    appended to their own (which holds the step annotation), and `op` / `input_*` of the capture
-    op. The added column `graph_capture` is True where a capture launch was aligned.
+    best-matching capture window: by kernel name where launch rows name their kernel (ROCm), by
+    launch order where they do not (CUDA; node counts and memcpy/memset positions must agree).
+    Matched rows get the capture-time op chain appended to their own (which holds the step
+    annotation), and `op` / `input_*` of the capture op. The added column `graph_capture` is
+    True where a capture launch was aligned.
     """
     n = events.height
     matched = [False] * n
@@ -206,14 +251,10 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.D
         for members in launches.values():
             members.sort(key=lambda i: (index[i] is None, index[i]))
             tokens = tuple(_replay_token(kernels[i], cats[i]) for i in members)
-            if tokens not in memo:
-                best, best_pairs = None, {}
-                for w, (steps, _, _) in windows.items():
-                    pairs = _align(list(tokens), steps)
-                    if len(pairs) > len(best_pairs):
-                        best, best_pairs = w, pairs
-                memo[tokens] = (best, best_pairs)
-            best, best_pairs = memo[tokens]
+            size = _step_size(chains[members[0]])
+            if (tokens, size) not in memo:
+                memo[(tokens, size)] = _best_window(tokens, size, windows)
+            best, best_pairs = memo[(tokens, size)]
             if best is None:
                 continue
             _, w_chains, w_args = windows[best]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-_COLUMNS = ("trace_id", "dur_ns", "operator", "shape", "phase", "attribution", "graph_launch")
+_COLUMNS = ("trace_id", "dur_ns", "operator", "shape", "phase", "attribution", "graph_launch", "op")
 
 
 def _pct(part: int, whole: int) -> str:
@@ -26,8 +26,15 @@ def report_numbers(events: pl.DataFrame) -> dict:
         rows = frame.group_by(column).agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).rows()
         return {str(k): int(v) for k, v in rows}
 
+    other = events.filter(pl.col("operator") == "other")
+    if "op" in other.columns:
+        other = other.with_columns(pl.col("op").fill_null("(no op)"))
+    else:
+        other = other.with_columns(pl.lit("(no op)").alias("op"))
     return {
         "gpu_ns": gpu_ns,
+        # What stayed `other`, by the innermost op that launched it (capture-time op for graph rows).
+        "other_by_op": by(other, "op"),
         "named_ns": int(events.filter(pl.col("operator") != "other")["dur_ns"].sum()),
         "by_operator": by(events, "operator"),
         "by_phase": by(events, "phase"),
@@ -68,6 +75,11 @@ def format_report(events: pl.DataFrame, top: int = 10) -> str:
             f"via capture trace {_pct(n['graph_capture_ns'], g).strip()}, "
             f"by kernel name {_pct(g - n['graph_capture_ns'], g).strip()}, "
             f"unnamed {_pct(n['graph_unnamed_ns'], g).strip()}"
+        )
+    if n["other_by_op"]:
+        lines.append(
+            "other, by op: "
+            + "   ".join(f"{op} {_pct(ns, total).strip()}" for op, ns in list(n["other_by_op"].items())[:top])
         )
     unattributed = n["by_attribution"].get("unattributed", 0)
     lines.append(f"unattributed (no launch row in the window): {_pct(unattributed, total).strip()}")

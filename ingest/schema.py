@@ -65,7 +65,7 @@ CLASSIFIED_EVENTS = pa.schema(
         ("operator", pa.string()),  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
         ("shape", pa.string()),  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
         ("phase", pa.string()),  # see PHASES
-        ("phase_rule", pa.string()),  # annotation:vllm|annotation:sglang|annotation:range|shape:attention|graph:full_graph_decode|none
+        ("phase_rule", pa.string()),  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|graph:full_graph_decode|none
     ]
 )
 PHASES = ("prefill", "decode", "mixed", "unknown")

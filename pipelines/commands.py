@@ -12,6 +12,7 @@ from pathlib import Path
 DAGSTER_HOME = ".dagster_home"
 INGEST = ["kernel_events", "op_shape_time"]
 REFRESH = ["fleet_weights", "release_bundle", "weight_drift"]
+EVALUATE = ["evaluation_results", "scores"]
 # Step-by-step DEBUG events stay in the run history (the UI shows them); the terminal gets warnings.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -34,15 +35,16 @@ def _checks(result) -> dict[str, bool]:
 
 
 def materialize_all(store, instance) -> dict:
-    """Ingest every trace not ingested yet (one partition each), then refresh weights, release and drift.
+    """Ingest every trace not ingested yet (one partition each), refresh weights, release and drift,
+    evaluate every submission not evaluated yet and score each under the latest weights.
 
-    The refresh runs when something new was ingested or no release exists, as the sensor and the
-    refresh schedule would do it; a second call on the same inputs changes nothing.
+    As the sensors and schedules would: the refresh runs when something new was ingested or no
+    release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
     """
     import dagster as dg
 
     from pipelines.definitions import ASSETS, CHECKS
-    from pipelines.partitions import trace_files, usable_key
+    from pipelines.partitions import submissions, trace_files, usable_key
 
     resources = {"store": store}
     keys = [k for k in store.trace_keys() if usable_key(k)]
@@ -72,12 +74,29 @@ def materialize_all(store, instance) -> dict:
     else:
         summary["refreshed"] = False
     release = store.release_dir
-    if (release / "release.json").is_file():
-        info = json.loads((release / "release.json").read_text())
-        summary["release"] = str(release)
-        summary["weights_version"] = info["weights"][-1]["version"]
-        drift = sorted(store.drift_dir.glob(f"{info['name']}-v*.html"))
-        summary["drift_report"] = str(drift[-1]) if drift else None
+    if not (release / "release.json").is_file():
+        return summary
+    info = json.loads((release / "release.json").read_text())
+    version = info["weights"][-1]["version"]
+    summary.update(release=str(release), weights_version=version, scores={})
+    drift = store.drift_dir / f"{info['name']}-v{version}.html"
+    summary["drift_report"] = str(drift) if drift.is_file() else None
+
+    keys = [k for k in store.submission_keys() if usable_key(k)]
+    known = set(instance.get_dynamic_partitions(submissions.name))
+    instance.add_dynamic_partitions(submissions.name, [k for k in keys if k not in known])
+    for key in keys:
+        scored = store.scores_dir(key) / f"{info['name']}-v{version}.json"
+        selection = EVALUATE if not store.results_file(key).is_file() else [] if scored.is_file() else ["scores"]
+        if selection:
+            r = dg.materialize(ASSETS + CHECKS, selection=selection, partition_key=key, instance=instance,
+                               resources=resources, run_config=QUIET, raise_on_error=False)
+            if not r.success:
+                summary["error"] = f"evaluating or scoring submission {key} failed; see the run in the Dagster UI"
+        if scored.is_file():
+            by_hardware = json.loads(scored.read_text())
+            summary["scores"][key] = {"path": str(scored), "results": str(store.results_file(key)),
+                                      "S_agg": {s["hardware"]: s["S_agg"] for s in by_hardware}}
     return summary
 
 
@@ -87,7 +106,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
     from pipelines.resources import HotshapeStore
 
-    store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions)
+    store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
+                          device=args.device)
     home = dagster_home(args.dagster_home)
     instance = dg.DagsterInstance.from_config(str(home))
     try:
@@ -108,6 +128,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
         print(f"release: {summary['release']} (weights v{summary['weights_version']})")
     if summary.get("drift_report"):
         print(f"drift:   {summary['drift_report']}")
+    for key, sc in summary.get("scores", {}).items():
+        figures = ", ".join(f"S_agg[{hw}] {'n/a' if v is None else f'{v:.4f}'}" for hw, v in sc["S_agg"].items())
+        print(f"scores:  {sc['path']}  ({key}: {figures or 'no results'})")
     if summary.get("error"):
         print(f"hotshape run-pipeline: {summary['error']}", file=sys.stderr)
     print(f"history: DAGSTER_HOME={home} dagster dev   (opens the UI on this run history)")
@@ -121,6 +144,8 @@ def register(subparsers) -> None:
     p.add_argument("--fleet", default="examples/fleet.yaml", help="fleet.yaml (default: examples/fleet.yaml)")
     p.add_argument("--out", default="out/pipeline", help="where tables, the release and scores go (default: out/pipeline)")
     p.add_argument("--submissions", default="examples/submissions", help="submission directories to evaluate")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="evaluation device (default cpu: Triton interpreter on smoke shapes, no timing)")
     p.add_argument("--dagster-home", help=f"Dagster instance directory (default: $DAGSTER_HOME or ./{DAGSTER_HOME})")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.set_defaults(func=run_pipeline)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.defs import ingest, jobs, release, schedules, sensors, weighting
-from pipelines.resources import store_from_env
+from pipelines.defs import ingest, jobs, kernels_eval, release, schedules, sensors, weighting
+from pipelines.resources import HotshapeStore, store_from_env
 
-ASSETS = [ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle, release.weight_drift]
+ASSETS = [ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle, release.weight_drift,
+          kernels_eval.evaluation_results, kernels_eval.scores]
 CHECKS = [
     ingest.gpu_time_conserved,
     weighting.hot_problem_weights_sum_to_one,
@@ -20,13 +21,18 @@ CHECKS = [
     release.release_weights_sum_to_one,
     release.every_selected_problem_has_roofline,
 ]
-JOBS = [jobs.ingest_job, jobs.refresh_job]
-SENSORS = [sensors.new_trace_sensor]
-SCHEDULES = [schedules.refresh_schedule]
+JOBS = [jobs.ingest_job, jobs.refresh_job, jobs.evaluate_job, jobs.rescore_job]
+SENSORS = [sensors.new_trace_sensor, sensors.new_submission_sensor, sensors.new_weights_sensor]
+SCHEDULES = [schedules.refresh_schedule, schedules.rescore_schedule]
+
+
+def definitions_for(store: HotshapeStore) -> dg.Definitions:
+    """Every definition, wired to `store`."""
+    return dg.Definitions(assets=ASSETS, asset_checks=CHECKS, jobs=JOBS, sensors=SENSORS, schedules=SCHEDULES,
+                          resources={"store": store})
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
     """The code location; HOTSHAPE_* environment variables configure the store when it loads."""
-    return dg.Definitions(assets=ASSETS, asset_checks=CHECKS, jobs=JOBS, sensors=SENSORS, schedules=SCHEDULES,
-                          resources={"store": store_from_env()})
+    return definitions_for(store_from_env())

@@ -18,6 +18,7 @@ ENV_FIELDS = {
     "release_name": "HOTSHAPE_RELEASE_NAME",
     "policy": "HOTSHAPE_POLICY",
     "coverage_floor": "HOTSHAPE_COVERAGE_FLOOR",
+    "device": "HOTSHAPE_DEVICE",
 }
 
 
@@ -35,6 +36,7 @@ class HotshapeStore(dg.ConfigurableResource):
     release_name: str = "hotshape"
     policy: str | None = None  # selection policy YAML; None = weighting's policy.yaml
     coverage_floor: float = 0.5  # fleet GPU time the selected problems must cover
+    device: str = "cpu"  # evaluation device: cpu (Triton interpreter, smoke shapes, no timing) or cuda
 
     # ---- traces -------------------------------------------------------------------------------
     def trace_keys(self) -> list[str]:
@@ -108,9 +110,9 @@ class HotshapeStore(dg.ConfigurableResource):
         """The directory of submission `key`."""
         return Path(self.submissions) / key
 
-    def results_dir(self, key: str) -> Path:
-        """Evaluation results of submission `key`."""
-        return Path(self.out) / "results" / key
+    def results_file(self, key: str) -> Path:
+        """Evaluation results of submission `key`, every run appended (kernels_eval.results_schema)."""
+        return Path(self.out) / "results" / f"{key}.parquet"
 
     def scores_dir(self, key: str) -> Path:
         """Scores of submission `key`, one file per weights version."""

@@ -82,7 +82,8 @@ def _unb64(value) -> bytes | None:
 
 
 def import_tensor(desc: dict, directory: str):
-    """Open a tensor described by `export_tensor` as an independent copy (the worker may free its own)."""
+    """Open a tensor described by `export_tensor`: a file is read and removed; a CUDA IPC handle is mapped
+    (the worker keeps the memory alive until its next command)."""
     import torch
 
     if not isinstance(desc, dict):
@@ -103,9 +104,9 @@ def import_tensor(desc: dict, directory: str):
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"bad dtype {desc['dtype']!r}")
         t = rebuild_cuda_tensor(torch.Tensor, torch.Size([int(x) for x in desc["size"]]),
-                                tuple(int(x) for x in desc["stride"]), int(desc["offset"]), torch.UntypedStorage,
+                                tuple(int(x) for x in desc["stride"]), int(desc["offset"]), torch.storage.TypedStorage,
                                 dtype, int(desc["device"]), _unb64(desc["handle"]), int(desc["size_bytes"]),
                                 int(desc["offset_bytes"]), False, _unb64(desc["rc_handle"]), int(desc["rc_offset"]),
                                 _unb64(desc["event_handle"]), bool(desc["event_sync"]))
-        return t.clone()
+        return t
     raise ValueError(f"unknown tensor transport {desc.get('kind')!r}")

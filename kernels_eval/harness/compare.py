@@ -5,6 +5,7 @@ from __future__ import annotations
 
 # Share of rtol that the whole-output relative L1 error may reach (bf16 rounding alone gives ~rtol/10).
 SYSTEMATIC_FRACTION = 0.25
+CHUNK = 1 << 26  # elements compared at a time
 
 
 def named_outputs(out, names: tuple[str, ...]) -> dict:
@@ -17,9 +18,8 @@ def named_outputs(out, names: tuple[str, ...]) -> dict:
 
 
 def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tuple[str, ...] = ()) -> tuple[list[str], float]:
-    """(failures, max abs error over float outputs) of candidate outputs against the reference's."""
-    import torch
-
+    """(failures, max abs error over float outputs) of candidate outputs against the reference's; runs on the
+    reference's device, in chunks, so large outputs need no host copy and little extra memory."""
     failures, max_err = [], 0.0
     atol, rtol = float(tolerance.get("atol", 0.0)), float(tolerance.get("rtol", 0.0))
     for name, e in expected.items():
@@ -33,38 +33,48 @@ def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tupl
         if g.dtype != e.dtype:
             failures.append(f"output {name!r} has dtype {g.dtype}, expected {e.dtype}")
             continue
-        g, e = g.detach().to("cpu"), e.detach().to("cpu")
+        g, e = g.detach().to(e.device).reshape(-1), e.detach().reshape(-1)
         if name in order_free:
-            g, e = g.flatten().sort().values, e.flatten().sort().values
+            g, e = g.sort().values, e.sort().values
         if not (g.is_floating_point() or e.is_floating_point()):
-            bad = int((g != e).sum())
+            bad = sum(int((g[i:i + CHUNK] != e[i:i + CHUNK]).sum()) for i in range(0, e.numel(), CHUNK))
             if bad:
                 failures.append(f"output {name!r}: {bad}/{e.numel()} elements differ (exact match required)")
             continue
-        gf, ef = g.float(), e.float()
-        finite_e = torch.isfinite(ef)
-        nonfinite = int((~torch.isfinite(gf) & finite_e).sum())
-        if nonfinite:
-            failures.append(f"output {name!r}: {nonfinite}/{e.numel()} elements are NaN/Inf "
+        s = _float_stats(g, e, atol, rtol)
+        max_err = max(max_err, s["max_err"])
+        if s["nonfinite"]:
+            failures.append(f"output {name!r}: {s['nonfinite']}/{e.numel()} elements are NaN/Inf "
                             "(unwritten output or invalid math)")
-            continue
-        mismatch_special = int((~finite_e & ~((gf == ef) | (gf.isnan() & ef.isnan()))).sum())
-        diff = (gf - ef).abs().where(finite_e, torch.zeros((), dtype=gf.dtype))
-        err = float(diff.max()) if diff.numel() else 0.0
-        max_err = max(max_err, err)
-        bad = int((diff > atol + rtol * ef.abs().where(finite_e, torch.zeros(()))).sum()) + mismatch_special
-        if bad:
-            failures.append(f"output {name!r}: {bad}/{e.numel()} elements beyond atol={atol:g} rtol={rtol:g} "
-                            f"(max abs err {err:.3g})")
-            continue
+        elif s["bad"]:
+            failures.append(f"output {name!r}: {s['bad']}/{e.numel()} elements beyond atol={atol:g} rtol={rtol:g} "
+                            f"(max abs err {s['max_err']:.3g})")
         # Elementwise tolerances leave room for a systematic error (a wrong constant, a dropped term) that
         # rounding never produces: the error summed over the whole output must stay well inside rtol.
-        scale = float(ef.abs().where(finite_e, torch.zeros(())).sum())
-        rel_l1 = float(diff.sum()) / scale if scale > 0 else 0.0
-        if rtol > 0 and rel_l1 > rtol * SYSTEMATIC_FRACTION:
-            failures.append(f"output {name!r}: relative L1 error {rel_l1:.2%} is over {rtol * SYSTEMATIC_FRACTION:.2%} "
-                            "(systematic error inside the elementwise tolerance)")
+        elif rtol > 0 and s["abs_sum"] > 0 and s["err_sum"] / s["abs_sum"] > rtol * SYSTEMATIC_FRACTION:
+            failures.append(f"output {name!r}: relative L1 error {s['err_sum'] / s['abs_sum']:.2%} is over "
+                            f"{rtol * SYSTEMATIC_FRACTION:.2%} (systematic error inside the elementwise tolerance)")
     return failures, max_err
+
+
+def _float_stats(g, e, atol: float, rtol: float) -> dict:
+    import torch
+
+    out = {"nonfinite": 0, "bad": 0, "max_err": 0.0, "err_sum": 0.0, "abs_sum": 0.0}
+    for i in range(0, e.numel(), CHUNK):
+        gf, ef = g[i:i + CHUNK].float(), e[i:i + CHUNK].float()
+        finite_e = torch.isfinite(ef)
+        out["nonfinite"] += int((~torch.isfinite(gf) & finite_e).sum())
+        out["bad"] += int((~finite_e & ~((gf == ef) | (gf.isnan() & ef.isnan()))).sum())
+        zero = torch.zeros((), dtype=gf.dtype, device=gf.device)
+        diff = (gf - ef).abs().where(finite_e, zero).nan_to_num(nan=float("inf"))
+        mag = ef.abs().where(finite_e, zero)
+        out["bad"] += int((diff > atol + rtol * mag).sum())
+        if diff.numel():
+            out["max_err"] = max(out["max_err"], float(diff.max()))
+        out["err_sum"] += float(diff.double().sum())
+        out["abs_sum"] += float(mag.double().sum())
+    return out
 
 
 def unchanged_inputs(after: dict, before: dict, may_change: set[str]) -> list[str]:
@@ -79,7 +89,7 @@ def unchanged_inputs(after: dict, before: dict, may_change: set[str]) -> list[st
         if a is None:
             failures.append(f"input {name!r} was not returned by the worker")
             continue
-        a, b = a.detach().to("cpu").contiguous(), b.detach().to("cpu").contiguous()
+        a, b = a.detach().to(b.device).contiguous(), b.detach().contiguous()
         if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
             failures.append(f"input {name!r} was modified by the call (not in place by contract)")
     return failures

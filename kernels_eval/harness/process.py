@@ -35,6 +35,9 @@ class WorkerProcess:
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         env = dict(os.environ)
+        # the worker imports kernels_eval from this checkout even where the package is not installed
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         else:

@@ -26,12 +26,12 @@ def quantiles(times: list[float]) -> dict:
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
                max_calls: int = 200, budget_s: float = 0.5, flush=None) -> list[float]:
     """Seconds per call of `call(**inputs)`, cycling through `input_sets`; `refresh()` (optional) returns a new
-    list of sets with fresh contents at the start of every cycle after the first."""
+    list of sets with fresh contents at the start of every cycle after the first (it may reuse the list)."""
     import torch
 
     if flush is None:
         flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    sets = list(input_sets)
+    sets = input_sets
     for i in range(warmup):
         call(**sets[i % len(sets)])
     torch.cuda.synchronize()

@@ -165,7 +165,7 @@ class Worker:
             import kernels_eval.harness.timing  # noqa: F401  (guarded)
 
             if os.environ.get("TRITON_INTERPRET") == "1":
-                _patch_autotuner_for_interpreter()
+                _patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
             self.log = LaunchLog(msg["file"])
@@ -187,6 +187,8 @@ class Worker:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
         torch = self.torch
         self.kept = []
+        if self.device == "cuda":
+            torch.cuda.ipc_collect()
         if msg.get("reuse_buffers") and self.inputs is not None:
             fresh = self._make_inputs(msg["input_kwargs"], msg["seed"])
             for name, t in self.inputs.items():
@@ -245,8 +247,8 @@ class Worker:
         self.log.active = False
         kernel_us: dict[str, float] = {}
         for evt in prof.events():
-            if evt.device_type == DeviceType.CUDA:
-                kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + float(evt.device_time)
+            if evt.device_type == DeviceType.CUDA and not getattr(evt, "is_user_annotation", False):
+                kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + float(evt.time_range.elapsed_us())
         self._check_tamper("profiling")
         return {"ok": True, "kernel_us": {k: v / calls for k, v in kernel_us.items()},
                 "event_s": event_s, "launches": self.log.take()}
@@ -257,19 +259,21 @@ class Worker:
         from kernels_eval.harness.timing import time_calls
 
         seed = int(msg["seed"])
+        self.kept, self.inputs = [], None
         first = self._make_inputs(msg["input_kwargs"], seed)
         set_bytes = sum(t.numel() * t.element_size() for t in first.values() if isinstance(t, torch.Tensor))
         n_sets = int(max(2, min(msg.get("max_sets", 8), msg.get("rotation_bytes", 2 << 30) // max(set_bytes, 1))))
-        counter = [seed]
+        sets = [first] + [self._make_inputs(msg["input_kwargs"], seed + j) for j in range(1, n_sets)]
+        del first
+        counter = [seed + n_sets]
 
         def fresh_sets():
-            sets = []
+            sets.clear()  # free the old buffers before drawing new ones: big problems fit twice, not four times
             for _ in range(n_sets):
                 counter[0] += 1
                 sets.append(self._make_inputs(msg["input_kwargs"], counter[0]))
             return sets
 
-        sets = [first] + fresh_sets()[1:]
         host0 = time.perf_counter()
         with torch.no_grad():
             times = time_calls(self.model, sets, refresh=fresh_sets, warmup=int(msg.get("warmup", 3)),
@@ -278,7 +282,7 @@ class Worker:
         host_s = time.perf_counter() - host0
         self._check_tamper("timing")
         self.log.take()
-        self.inputs = sets[(len(times) - 1) % len(sets)] if times else first
+        self.inputs = sets[-1]
         return {"ok": True, "times_s": times, "host_s": host_s, "sets": n_sets}
 
     # ---- helpers ---------------------------------------------------------------------------------------
@@ -338,11 +342,28 @@ def _as_named(out, names: tuple[str, ...], torch) -> dict:
     return named
 
 
-def _patch_autotuner_for_interpreter() -> None:
-    """Without a GPU driver the autotuner cannot benchmark configs; take the first config instead."""
+def _patch_interpreter() -> None:
+    """Shims for Triton's CPU interpreter (research/kernels.md §6): the autotuner cannot benchmark configs
+    without a GPU driver, so it takes the first; fp32→bf16 casts truncate instead of rounding to nearest
+    even as GPUs do, a bias that would fail honest kernels, so they round here."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
     from triton.runtime.autotuner import Autotuner
 
     Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: (fn(), [0.0] * 3)[1])
+    truncating = interpreter.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            a = np.ascontiguousarray(src.data, dtype=np.float32)
+            bits = a.view(np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            rounded = np.where(np.isnan(a), np.uint16(0x7FC0), rounded)
+            return interpreter.TensorHandle(rounded, dst_type.scalar)
+        return truncating(self, src, dst_type)
+
+    interpreter.InterpreterBuilder.cast_impl = cast_impl
 
 
 def main() -> int:

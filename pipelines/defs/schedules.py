@@ -1,10 +1,12 @@
-"""Schedules: refresh weights when traces were ingested since the last release."""
+"""Schedules: refresh weights when traces were ingested since the last release; re-score daily."""
 
 import dagster as dg
 
 from pipelines.defs.ingest import kernel_events
-from pipelines.defs.jobs import refresh_job
+from pipelines.defs.jobs import refresh_job, rescore_job
 from pipelines.defs.release import release_bundle
+from pipelines.defs.sensors import rescore_requests
+from pipelines.resources import HotshapeStore
 
 
 def _last_materialized(instance: dg.DagsterInstance, asset) -> float | None:
@@ -23,3 +25,11 @@ def refresh_schedule(context: dg.ScheduleEvaluationContext):
     if released is not None and released >= ingested:
         return dg.SkipReason("no trace ingested since the last release refresh")
     return dg.RunRequest(run_key=f"refresh-{ingested}")
+
+
+@dg.schedule(job=rescore_job, cron_schedule="0 4 * * *", execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING)
+def rescore_schedule(context: dg.ScheduleEvaluationContext, store: HotshapeStore):
+    """Daily: re-score every evaluated submission against the latest weights, from stored results (no GPU)."""
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return rescore_requests(context.instance, store, day) or dg.SkipReason("no submission has been evaluated yet")

@@ -1,26 +1,58 @@
-"""Sensors: new trace files become partitions and are ingested."""
+"""Sensors: new trace files and submissions become partitions and runs; a new weights version re-scores."""
 
 import dagster as dg
 
-from pipelines.defs.jobs import ingest_job
-from pipelines.partitions import trace_files, usable_key
+from pipelines.defs.jobs import evaluate_job, ingest_job, rescore_job
+from pipelines.defs.release import release_bundle
+from pipelines.partitions import submissions, trace_files, usable_key
 from pipelines.resources import HotshapeStore
 
 MAX_NEW_PER_TICK = 200  # a burst of thousands of files is spread over ticks instead of one huge request
 
 
+def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: list[str], what: str):
+    """A SensorResult adding a partition and requesting a run for every usable key not known yet."""
+    unusable = [k for k in found if not usable_key(k)]
+    if unusable:
+        context.log.warning(f"{len(unusable)} {what} have ',' or '|' in their name and get no partition: {unusable[:5]}")
+    known = set(context.instance.get_dynamic_partitions(partitions.name))
+    new = [k for k in found if k not in known and usable_key(k)][:MAX_NEW_PER_TICK]
+    if not new:
+        return dg.SkipReason(f"no new {what}")
+    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=k) for k in new],
+                           dynamic_partitions_requests=[partitions.build_add_request(new)])
+
+
 @dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_trace_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
     """Add a partition for every new trace file under the trace root and request its ingest."""
-    known = set(context.instance.get_dynamic_partitions(trace_files.name))
-    found = store.trace_keys()
-    unusable = [k for k in found if not usable_key(k)]
-    if unusable:
-        context.log.warning(f"{len(unusable)} trace file(s) have ',' or '|' in their path and get no partition: {unusable[:5]}")
-    new = [k for k in found if k not in known and usable_key(k)][:MAX_NEW_PER_TICK]
-    if not new:
-        return dg.SkipReason(f"no new trace files under {store.trace_root}")
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=k, run_key=k) for k in new],
-        dynamic_partitions_requests=[trace_files.build_add_request(new)],
-    )
+    return _new_partitions(context, trace_files, store.trace_keys(), "trace files")
+
+
+@dg.sensor(job=evaluate_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def new_submission_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
+    """Add a partition for every new submission directory and request its evaluation and score."""
+    return _new_partitions(context, submissions, store.submission_keys(), "submissions")
+
+
+def rescore_requests(instance: dg.DagsterInstance, store: HotshapeStore, tag: str) -> list[dg.RunRequest]:
+    """One scores run per submission partition with stored results; `tag` makes the run key unique."""
+    return [dg.RunRequest(partition_key=k, run_key=f"{k}:{tag}")
+            for k in sorted(instance.get_dynamic_partitions(submissions.name)) if store.results_file(k).is_file()]
+
+
+# A plain sensor over the release's materializations, not @asset_sensor: asset sensors take no resources.
+@dg.sensor(job=rescore_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def new_weights_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
+    """When the release gets a new weights version, re-score every evaluated submission under it."""
+    records = context.instance.fetch_materializations(release_bundle.key, limit=1).records
+    if not records:
+        return dg.SkipReason("no release yet")
+    latest = records[0]
+    if context.cursor == str(latest.storage_id):
+        return dg.SkipReason("no new weights version since the last tick")
+    metadata = latest.asset_materialization.metadata
+    version = metadata["weights_version"].value if "weights_version" in metadata else latest.storage_id
+    requests = rescore_requests(context.instance, store, f"weights-v{version}")
+    return dg.SensorResult(run_requests=requests, cursor=str(latest.storage_id),
+                           skip_reason=None if requests else "no submission has been evaluated yet")

@@ -6,6 +6,7 @@ benchmarks/capture_examples.sh ran, never from the code under test.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -44,19 +45,22 @@ class Raw:
             doc = json.load(fh, parse_float=Decimal)
         events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
         launches = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCH and "correlation" in e.get("args", {})}
-        ranges = defaultdict(list)
+        ranges = defaultdict(list)  # per thread: (start ns, end ns, event), by start
         for e in events:
             if e.get("cat") in ("cpu_op", "user_annotation"):
-                ranges[(e["pid"], e["tid"])].append(e)
+                ranges[(e["pid"], e["tid"])].append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e))
+        for bucket in ranges.values():
+            bucket.sort(key=lambda r: (r[0], -r[1]))
+        starts = {thread: [r[0] for r in bucket] for thread, bucket in ranges.items()}
         self.events = events
         self.gpu = []  # (activity, launch row or None, enclosing ranges outermost first)
         for g in (e for e in events if e.get("cat") in GPU):
             launch = launches.get(g["args"].get("correlation"))
             chain = []
             if launch is not None:
-                t = _ns(launch["ts"])
-                inside = [r for r in ranges[(launch["pid"], launch["tid"])] if _ns(r["ts"]) <= t < _ns(r["ts"]) + _ns(r["dur"])]
-                chain = sorted(inside, key=lambda r: (_ns(r["ts"]), -_ns(r["dur"])))
+                t, thread = _ns(launch["ts"]), (launch["pid"], launch["tid"])
+                started = ranges[thread][: bisect.bisect_right(starts.get(thread, []), t)]
+                chain = [e for start, end, e in started if start <= t < end]
             self.gpu.append((g, launch, chain))
 
     def total_ns(self) -> int:
@@ -106,6 +110,8 @@ def test_step_annotations_parse_with_their_counts(raw, name):
     for n in decode:
         step = parse_step(n)
         assert (step.phase, step.rule, step.generation_reqs, step.context_reqs) == ("decode", "annotation:bracket", batch, None)
+    mixed = parse_step("mixed[bs=4 toks=300]")
+    assert (mixed.phase, mixed.tokens, mixed.context_reqs, mixed.generation_reqs) == ("mixed", 300, None, None)
     # The bracket form needs the whole name: kernels and ops starting with a phase word are not steps.
     assert parse_step("decode[bs=8] extra") is None and parse_step("prefill_attention[x]") is None
 
@@ -284,12 +290,34 @@ def test_other_is_only_unnamed_elementwise_work(events, rel):
     assert not other.filter(pl.col("kernel").str.contains("nvjet|gemm|cutlass|sdpa|flash")).height
 
 
-def test_inductor_rope_kernels(events):
+# Keys beyond the catalogue's parameter names, each documented in ingest/shapes.py.
+EXTRA_KEYS = {"dtype", "b_dtype", "batch", "shape", "kv_lens", "num_kv_heads", "m", "n", "k"}
+
+
+@pytest.mark.parametrize("rel", sorted(EAGER.values()) + sorted(GRAPH.values()))
+def test_shape_keys_use_catalogue_parameter_names(events, atrex_dir, rel):
+    for operator, shape in events(rel).filter(pl.col("shape") != "{}").select("operator", "shape").unique().rows():
+        catalogue = atrex_dir / "data" / operator / "shapes.json"
+        if not catalogue.exists():
+            continue  # gemm, embedding, memcpy, memset: not catalogue operators
+        names = set()
+        for entry in json.loads(catalogue.read_text()).values():
+            names |= set(entry.get("init_kwargs") or {}) | set(entry.get("input_kwargs") or {})
+        assert set(json.loads(shape)) <= names | EXTRA_KEYS, (operator, shape)
+
+
+def test_inductor_rope_and_norm_kernels(events):
     out = events(EAGER[COMPILED])
     rope = out.filter(pl.col("kernel").str.contains("_cat_") & pl.col("kernel").str.contains("_neg_") & pl.col("kernel").str.contains("_sin_"))
     assert rope.height and set(rope["operator"]) == {"fused_qkv_rope"}
-    # Inductor norms stay norms; only the rope kernels moved.
-    assert set(out.filter(pl.col("kernel").str.contains("rsqrt"))["operator"]) <= {"rms_norm", "fused_add_rms_norm"}
+    # Inductor norms stay norms, with the step's tokens and Llama-3-8B's hidden size (the
+    # embedding table fused into the first norm is not the activation).
+    batch, prompt, _ = RUNS[COMPILED]
+    norms = out.filter(pl.col("kernel").str.contains("rsqrt"))
+    assert set(norms["operator"]) <= {"rms_norm", "fused_add_rms_norm"}
+    tokens = {"prefill": batch * prompt, "decode": batch}
+    for phase, shape in norms.select("phase", "shape").rows():
+        assert json.loads(shape) == {"token_count": tokens[phase], "hidden_size": 4096, "dtype": "bf16"}
 
 
 # --- 4. GEMM / attention time and shapes, and the phase split, computed independently -------
@@ -347,3 +375,38 @@ def test_gemm_attention_and_phase_split_agree_with_an_independent_computation(ra
     assert {k[1] for k in gemm if k[0] == "prefill" and k[4] is None} == {batch * prompt}
     assert {k[1] for k in gemm if k[0] == "decode" and k[4] is None} == {batch}
     assert gemm and attention and set(phases) == {"prefill", "decode"}
+
+
+def test_capture_size_chosen_by_the_steps_batch(examples_dir):
+    # Two capture windows whose graphs have the same nodes (the real capture, and the same launches
+    # relabelled as a 16-sequence capture): launch order alone cannot tell them apart.
+    from ingest.classify import classify_events
+    from ingest.graphs import read_capture
+    from ingest.pipeline import read_events
+
+    path = examples_dir / GRAPH[LLAMA]
+    capture = read_capture(path.parent / "capture_traces" / "graph.capture.json.gz")
+    (window,) = capture["window"].unique().to_list()
+    assert window.startswith("capture_8_decode@")
+    twin = capture.with_columns(
+        pl.lit("capture_16_decode@0").alias("window"),
+        pl.concat_list(pl.lit(["twin"]), "op_chain").alias("op_chain"),
+        ("[null," + pl.col("op_chain_args").str.slice(1)).str.replace(r"^\[null,\]$", "[null]").alias("op_chain_args"),
+    )
+    both = pl.concat([twin, capture])
+    events = read_events(path)
+
+    def replayed_from(step: str | None) -> set:
+        rows = events
+        if step is not None:
+            rows = rows.with_columns(
+                pl.when(pl.col("graph_launch")).then(pl.concat_list(pl.lit([step]), "op_chain")).otherwise("op_chain").alias("op_chain"),
+                pl.when(pl.col("graph_launch")).then(pl.lit(None, dtype=pl.String)).otherwise("op_chain_args").alias("op_chain_args"),
+            )
+        out = classify_events(rows, both).filter(pl.col("graph_launch"))
+        return set(zip(out["attribution"], out["op_chain"].list.contains("twin")))
+
+    assert replayed_from(None) == {("name_rule", False)}  # ambiguous: left to the kernel names
+    assert replayed_from("decode[bs=8]") == {("graph_capture", False)}
+    assert replayed_from("decode[bs=12]") == {("graph_capture", True)}  # padded up to a captured size
+    assert replayed_from("decode[bs=32]") == {("name_rule", False)}  # larger than any capture

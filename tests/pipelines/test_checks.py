@@ -18,13 +18,22 @@ from pipelines.defs.weighting import coverage_above_floor, hot_problem_weights_s
 from tests.pipelines.conftest import EXAMPLE_TRACES, QUIET, example_store
 
 
-def run_check(store, check) -> tuple[dg.AssetCheckEvaluation, bool]:
-    """Run one unpartitioned check alone against `store`'s files: its evaluation and whether the run succeeded."""
+@pytest.fixture(scope="module")
+def check_instance():
     with dg.instance_for_test() as inst:
-        result = dg.materialize(ASSETS + CHECKS, selection=dg.AssetSelection.checks(check), instance=inst,
+        yield inst
+
+
+@pytest.fixture
+def run_check(check_instance):
+    def run(store, check) -> tuple[dg.AssetCheckEvaluation, bool]:
+        """Run one unpartitioned check alone against `store`'s files: its evaluation and whether the run succeeded."""
+        result = dg.materialize(ASSETS + CHECKS, selection=dg.AssetSelection.checks(check), instance=check_instance,
                                 resources={"store": store}, run_config=QUIET, raise_on_error=False)
-    [evaluation] = result.get_asset_check_evaluations()
-    return evaluation, result.success
+        [evaluation] = result.get_asset_check_evaluations()
+        return evaluation, result.success
+
+    return run
 
 
 def _meta(evaluation) -> dict:
@@ -58,7 +67,7 @@ def test_gpu_time_conserved_fails_and_blocks_when_a_row_is_lost(tmp_path, monkey
 
 # ---- weights sum to 1 ------------------------------------------------------------------------------
 
-def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materialized_copy):
+def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materialized_copy, run_check):
     evaluation, _ = run_check(materialized_copy, hot_problem_weights_sum_to_one)
     assert evaluation.passed and abs(_meta(evaluation)["sum_weight"] - 1.0) <= 1e-12
     path = materialized_copy.weights_dir / "hot_problems.parquet"
@@ -68,7 +77,7 @@ def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materializ
     assert _meta(evaluation)["sum_weight"] == pytest.approx(1.001)
 
 
-def test_release_weights_sum_to_one_fails_on_an_edited_weights_file(materialized_copy):
+def test_release_weights_sum_to_one_fails_on_an_edited_weights_file(materialized_copy, run_check):
     evaluation, _ = run_check(materialized_copy, release_weights_sum_to_one)
     assert evaluation.passed
     path = materialized_copy.release_dir / "public" / "weights" / "v1.parquet"
@@ -79,12 +88,12 @@ def test_release_weights_sum_to_one_fails_on_an_edited_weights_file(materialized
 
 # ---- coverage above the configured floor -----------------------------------------------------------
 
-def test_coverage_floor_is_a_warning_that_passes_at_and_fails_above_the_coverage(materialized_copy):
+def test_coverage_floor_is_a_warning_that_passes_at_and_fails_above_the_coverage(materialized_copy, run_check):
     coverage = json.loads((materialized_copy.weights_dir / "coverage.json").read_text())["coverage_of_fleet"]
-    at = materialized_copy.model_copy(update={"coverage_floor": coverage})
+    at = example_store(materialized_copy.out, coverage_floor=coverage)
     evaluation, _ = run_check(at, coverage_above_floor)
     assert evaluation.passed and _meta(evaluation)["coverage_of_fleet"] == coverage
-    above = materialized_copy.model_copy(update={"coverage_floor": coverage + 1e-6})
+    above = example_store(materialized_copy.out, coverage_floor=coverage + 1e-6)
     evaluation, success = run_check(above, coverage_above_floor)
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN and success
 
@@ -92,7 +101,7 @@ def test_coverage_floor_is_a_warning_that_passes_at_and_fails_above_the_coverage
 # ---- nothing sealed in public files ----------------------------------------------------------------
 
 @pytest.mark.parametrize("leak", ["chat-dense-8b", "qwen3-30b-a3b", "graph.json.gz"])
-def test_leak_check_finds_a_sealed_string_written_into_a_public_file(materialized_copy, leak):
+def test_leak_check_finds_a_sealed_string_written_into_a_public_file(materialized_copy, run_check, leak):
     evaluation, _ = run_check(materialized_copy, no_sealed_strings_in_public)
     assert evaluation.passed and _meta(evaluation)["sealed_strings"] > 0
     (materialized_copy.release_dir / "public" / "notes.md").write_text(f"Profiled on {leak.upper()} traces.\n")
@@ -122,7 +131,7 @@ def test_roofline_check_passes_on_gemm_problems_of_the_dense_deployments(tmp_pat
     assert summary["checks"]["release_bundle:every_selected_problem_has_roofline"] is True
 
 
-def test_roofline_check_fails_when_a_weighted_problem_loses_its_roofline(materialized_copy):
+def test_roofline_check_fails_when_a_weighted_problem_loses_its_roofline(materialized_copy, run_check):
     from release.bundle import read_release
 
     rel = read_release(materialized_copy.release_dir)

@@ -1,0 +1,92 @@
+"""Arrow schema of evaluation results: one row per submission × problem × hardware × run; validated on write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+STAGES = ("compile", "correctness", "adoption", "performance", "done")
+
+# stage: where the problem stopped ("done" = every stage passed; on CPU performance is not measured, so a
+# CPU "done" means compiled, correct and native). shape_kind: "problem" (its own shape, GPU) or "smoke"
+# (the operator's registry smoke shapes, CPU interpreter). Times in seconds; roofline_fraction =
+# t_roofline_s / t_measured_s (not capped); speedup = t_reference_s / t_measured_s (PyTorch eager).
+RESULTS = pa.schema([
+    ("submission", pa.string()),
+    ("release", pa.string()),
+    ("run_id", pa.string()),
+    ("run", pa.int32()),
+    ("problem_id", pa.string()),
+    ("operator", pa.string()),
+    ("hardware", pa.string()),
+    ("device", pa.string()),
+    ("file_sha256", pa.string()),
+    ("shape_kind", pa.string()),
+    ("stage", pa.string()),
+    ("compiled", pa.bool_()),
+    ("correct", pa.bool_()),
+    ("native", pa.bool_()),
+    ("native_fraction", pa.float64()),
+    ("fallbacks", pa.list_(pa.string())),
+    ("error", pa.string()),
+    ("max_abs_err", pa.float64()),
+    ("performance_measured", pa.bool_()),
+    ("t_measured_s", pa.float64()),
+    ("t_p10_s", pa.float64()),
+    ("t_p90_s", pa.float64()),
+    ("n_timed", pa.int32()),
+    ("t_roofline_s", pa.float64()),
+    ("roofline_fraction", pa.float64()),
+    ("t_reference_s", pa.float64()),
+    ("speedup", pa.float64()),
+    ("eval_s", pa.float64()),
+    ("evaluated_at", pa.string()),
+])
+
+
+def results_table(rows: list[dict]) -> pa.Table:
+    """Rows as a RESULTS table; a ValueError naming the first bad row or column."""
+    for i, row in enumerate(rows):
+        missing = [f.name for f in RESULTS if f.name not in row]
+        if missing:
+            raise ValueError(f"results row {i}: missing columns {missing}")
+        if row["stage"] not in STAGES:
+            raise ValueError(f"results row {i}: stage {row['stage']!r} is not one of {STAGES}")
+    try:
+        return pa.Table.from_pylist([{f.name: r[f.name] for f in RESULTS} for r in rows], schema=RESULTS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"results rows do not match the schema: {exc}") from exc
+
+
+def read_results(path: str | Path) -> pa.Table:
+    """A results file, checked against RESULTS (columns cast to the schema's types)."""
+    table = pq.read_table(path)
+    missing = [f.name for f in RESULTS if f.name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: not a results file (missing columns {missing})")
+    return table.select(RESULTS.names).cast(RESULTS)
+
+
+def write_results(rows: list[dict], path: str | Path, append: bool = True) -> pa.Table:
+    """Write rows to `path` (after the rows already there when `append`); the table written."""
+    path = Path(path)
+    table = results_table(rows)
+    if append and path.exists():
+        table = pa.concat_tables([read_results(path), table])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+    return table
+
+
+def next_run(path: str | Path, submission: str, hardware: str) -> int:
+    """The run index for another run of `submission` on `hardware` into results file `path`."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    t = read_results(path).to_pylist()
+    runs = [r["run"] for r in t if r["submission"] == submission and r["hardware"] == hardware]
+    return max(runs) + 1 if runs else 0

@@ -1,0 +1,116 @@
+"""Scores from stored results: S_i, S_op, S_agg and their variants, stage rates, and the memory/compute split.
+
+S_i = min(1, T_roofline,i / T_measured,i) if compiled, correct and native, else 0 (the median over runs).
+S_op = median of S_i over the operator's problems; S_agg = Σ_op W_op · S_op with W_op = Σ_i∈op w_i.
+A release problem with no result scores 0 and counts as not compiled. Needs no GPU: re-scoring under another
+weights version reads only the results file and the release.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import polars as pl
+
+from release.schema import PHASES
+
+DEFAULT_BOUND_HARDWARE = "H200"
+
+
+def problem_scores(results: pl.DataFrame) -> pl.DataFrame:
+    """One row per (submission, hardware, problem): S_i (median over runs) and the stage flags (all runs)."""
+    ok = pl.col("compiled") & pl.col("correct") & pl.col("native")
+    timed = pl.col("t_measured_s").is_not_null() & (pl.col("t_measured_s") > 0) & pl.col("t_roofline_s").is_not_null()
+    s = pl.when(ok & timed).then(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / pl.col("t_measured_s")))
+    per_run = results.with_columns(s.otherwise(0.0).alias("s_i"))
+    return per_run.group_by(["submission", "hardware", "problem_id"]).agg(
+        pl.col("operator").first(), pl.col("s_i").median(), pl.col("compiled").all(), pl.col("correct").all(),
+        pl.col("native").all(), pl.col("performance_measured").any(), pl.col("run").n_unique().alias("runs"),
+    )
+
+
+def _bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
+    from kernels_eval.hardware import load_hardware
+    from kernels_eval.roofline import problem_roofline
+
+    hw = hardware if hardware in load_hardware() else DEFAULT_BOUND_HARDWARE
+    out = {}
+    for r in manifest.iter_rows(named=True):
+        try:
+            out[r["problem_id"]] = problem_roofline(r["operator"], json.loads(r["init_kwargs"]),
+                                                    json.loads(r["input_kwargs"]), hw)["bound"]
+        except (KeyError, ValueError):
+            out[r["problem_id"]] = "unknown"
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.DataFrame, hardware: str) -> dict:
+    """The score of one submission on one hardware from its per-problem rows (problem_scores output)."""
+    table = (manifest.select("problem_id", "operator")
+             .join(weights, on="problem_id", how="inner")
+             .join(per_problem.drop("operator"), on="problem_id", how="left"))
+    table = table.with_columns(pl.col("problem_id").is_in(per_problem["problem_id"].implode()).alias("evaluated"),
+                               pl.col("s_i").fill_null(0.0), pl.col("compiled").fill_null(False),
+                               pl.col("correct").fill_null(False), pl.col("native").fill_null(False))
+    rows = table.to_dicts()
+    ops: dict[str, list[dict]] = {}
+    for r in rows:
+        ops.setdefault(r["operator"], []).append(r)
+    s_op = {op: _median([r["s_i"] for r in rs]) for op, rs in sorted(ops.items())}
+
+    def agg(col: str) -> float | None:
+        total = sum(r[col] for r in rows)
+        if total <= 0:
+            return None
+        return sum(sum(r[col] for r in rs) * s_op[op] for op, rs in ops.items()) / total
+
+    def per_problem_weighted(col: str) -> float | None:
+        total = sum(r[col] for r in rows)
+        return sum(r[col] * r["s_i"] for r in rows) / total if total > 0 else None
+
+    def rate(flag: str) -> dict:
+        n = len(rows)
+        return {"unweighted": sum(bool(r[flag]) for r in rows) / n if n else None,
+                "weighted": sum(r["weight"] for r in rows if r[flag])}
+
+    bounds = _bounds(manifest.filter(pl.col("problem_id").is_in(table["problem_id"].implode())), hardware)
+    by_bound = {}
+    for kind in ("memory", "compute"):
+        sel = [r for r in rows if bounds.get(r["problem_id"]) == kind]
+        w = sum(r["weight"] for r in sel)
+        by_bound[kind] = {"problems": len(sel), "weight": w,
+                          "s_weighted": sum(r["weight"] * r["s_i"] for r in sel) / w if w > 0 else None,
+                          "native_rate": sum(bool(r["native"]) for r in sel) / len(sel) if sel else None}
+    return {
+        "hardware": hardware,
+        "problems": len(rows),
+        "evaluated": sum(r["evaluated"] for r in rows),
+        "coverage_weight": sum(r["weight"] for r in rows if r["evaluated"]),
+        "performance_measured": any(bool(r.get("performance_measured")) for r in rows),
+        "S_agg": agg("weight"),
+        "S_problem_weighted": per_problem_weighted("weight"),
+        "S_agg_phase": {p: agg(f"weight_{p}") for p in PHASES},
+        "S_problem_weighted_phase": {p: per_problem_weighted(f"weight_{p}") for p in PHASES},
+        "S_op": s_op,
+        "W_op": {op: sum(r["weight"] for r in rs) for op, rs in sorted(ops.items())},
+        "rates": {"compile": rate("compiled"), "correct": rate("correct"), "native": rate("native")},
+        "bound": by_bound,
+    }
+
+
+def score(results: pl.DataFrame, release, weights_version: int | str | None = None) -> list[dict]:
+    """One score per (submission, hardware) in the results, under the release's weights (default: latest)."""
+    weights = release.weights(weights_version)
+    version = weights_version if weights_version is not None else release.versions[-1]
+    per_problem = problem_scores(results)
+    out = []
+    for (submission, hardware), group in sorted(per_problem.group_by(["submission", "hardware"]),
+                                                key=lambda kv: kv[0]):
+        out.append({"submission": submission, "weights_version": f"v{str(version).lstrip('v')}",
+                    **score_one(group, release.manifest, weights, hardware)})
+    return out

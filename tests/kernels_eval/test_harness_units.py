@@ -1,0 +1,113 @@
+"""Harness pieces without a worker: the judge, adoption rules, timing statistics, tamper snapshot, transport."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels_eval.harness import adoption, channel  # noqa: E402
+from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs  # noqa: E402
+from kernels_eval.harness.timing import quantiles  # noqa: E402
+
+TOL = {"atol": 2e-2, "rtol": 2e-2}
+
+
+def _bf16(seed=0, n=4096):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, generator=g).to(torch.bfloat16)
+
+
+def test_judge_passes_rounding_noise_and_fails_nan_shape_dtype_and_systematic_error():
+    e = _bf16()
+    noise = (e.float() * (1 + (torch.rand(e.shape, generator=torch.Generator().manual_seed(1)) - 0.5) * 2 ** -7))
+    assert compare_outputs({"out": noise.to(torch.bfloat16)}, {"out": e}, TOL)[0] == []
+    holed = e.clone()
+    holed[-7:] = float("nan")
+    assert "7/4096 elements are NaN/Inf" in compare_outputs({"out": holed}, {"out": e}, TOL)[0][0]
+    assert "shape" in compare_outputs({"out": e[:-1]}, {"out": e}, TOL)[0][0]
+    assert "dtype" in compare_outputs({"out": e.float()}, {"out": e}, TOL)[0][0]
+    scaled = (e.float() * 1.015).to(torch.bfloat16)  # every element inside atol + rtol·|e|
+    assert "systematic" in compare_outputs({"out": scaled}, {"out": e}, TOL)[0][0]
+    assert "missing" in compare_outputs({}, {"out": e}, TOL)[0][0]
+
+
+def test_judge_exact_for_integers_and_order_free_outputs_compare_as_multisets():
+    e = torch.arange(10, dtype=torch.int32)
+    shuffled = e[torch.randperm(10, generator=torch.Generator().manual_seed(0))]
+    assert "differ" in compare_outputs({"ids": shuffled}, {"ids": e}, {"atol": 0, "rtol": 0})[0][0]
+    assert compare_outputs({"ids": shuffled}, {"ids": e}, {"atol": 0, "rtol": 0}, ("ids",))[0] == []
+
+
+def test_inputs_must_be_unchanged_unless_written_in_place_by_contract():
+    x, r = _bf16(0, 64), _bf16(1, 64)
+    changed = x.clone()
+    changed[3] += 1
+    assert unchanged_inputs({"x": x.clone(), "residual": r}, {"x": x, "residual": r}, set()) == []
+    assert "input 'x' was modified" in unchanged_inputs({"x": changed}, {"x": x}, set())[0]
+    assert unchanged_inputs({"x": changed}, {"x": x}, {"x"}) == []
+
+
+def test_named_outputs_accepts_tensor_tuple_and_dict():
+    t = torch.zeros(2)
+    assert list(named_outputs(t, ("out",))) == ["out"]
+    assert list(named_outputs((t, t), ("q", "k"))) == ["q", "k"]
+    assert list(named_outputs({"k": t, "q": t}, ("q", "k"))) == ["q", "k"]
+
+
+def test_cpu_adoption_needs_own_kernel_and_no_compute_ops():
+    own = [{"name": "k", "file": "/s/rms_norm.py", "owned": True, "count": 1}]
+    interp_copies = {"empty": 3, "new_empty": 2, "set_": 4, "copy_": 2, "view": 1}
+    assert adoption.cpu_adoption(own, interp_copies)["native"] is True
+    mixed = adoption.cpu_adoption(own, {**interp_copies, "mean": 1, "vllm::rms_norm": 1})
+    assert mixed["native"] is False and mixed["fallbacks"] == ["aten::mean x1", "vllm::rms_norm x1"]
+    none = adoption.cpu_adoption([], {"pow": 1})
+    assert none["native"] is False and "no @triton.jit kernel" in none["reason"]
+    inductor = adoption.cpu_adoption([*own, {"name": "triton_poi_fused_0", "file": "/tmp/x.py", "owned": False}], {})
+    assert inductor["native"] is False and inductor["fallbacks"] == ["triton:triton_poi_fused_0 (/tmp/x.py)"]
+
+
+def test_gpu_adoption_is_a_95_percent_time_share_with_fallbacks_named():
+    own = [{"name": "rms_norm_kernel", "owned": True}]
+    ok = adoption.gpu_adoption({"rms_norm_kernel": 96.0, "[CUDA memset]": 4.0}, own, {})
+    assert ok["native"] and ok["native_fraction"] == pytest.approx(0.96)
+    bad = adoption.gpu_adoption({"rms_norm_kernel": 10.0, "sm90_xmma_gemm_bf16": 90.0}, own, {"mm": 1})
+    assert not bad["native"] and bad["fallbacks"][0].startswith("kernel:sm90_xmma_gemm_bf16 90.0%")
+    assert "aten::mm x1" in bad["fallbacks"]
+    assert not adoption.gpu_adoption({"rms_norm_kernel": 100.0}, [], {})["native"]  # name alone is not enough
+
+
+def test_quantiles():
+    q = quantiles([float(x) for x in range(1, 12)])
+    assert q == {"median": 6.0, "p10": 2.0, "p90": 10.0}
+    assert quantiles([])["median"] is None
+
+
+def test_tamper_snapshot_names_a_replaced_function(monkeypatch):
+    from kernels_eval.harness import worker
+
+    before = worker.snapshot()
+    assert "torch.allclose" in before and "torch.cuda.Event.elapsed_time" in before
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    assert worker.tampered(before) == ["torch.allclose"]
+
+
+def test_file_transport_refuses_paths_outside_the_exchange(tmp_path):
+    t = torch.arange(6.0).reshape(2, 3)
+    desc = channel.export_tensor(t, str(tmp_path), "out")
+    assert torch.equal(channel.import_tensor(desc, str(tmp_path)), t)
+    with pytest.raises(ValueError, match="outside"):
+        channel.import_tensor({"kind": "file", "path": "/etc/passwd"}, str(tmp_path))
+    with pytest.raises(ValueError, match="transport"):
+        channel.import_tensor({"kind": "pickle"}, str(tmp_path))
+
+
+def test_worker_module_imports_no_dataframe_or_orchestration_package():
+    import subprocess
+    import sys
+
+    code = ("import sys, kernels_eval.harness.worker, kernels_eval.harness.timing, kernels_eval.registry, "
+            "kernels_eval.operators.rms_norm; "
+            "print(sorted(m for m in ('polars', 'duckdb', 'dagster', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

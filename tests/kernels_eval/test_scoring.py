@@ -1,0 +1,121 @@
+"""Scoring: S_i, S_op (median), S_agg = Σ W_op S_op, variants and rates, on hand-computed small cases."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from kernels_eval.results_schema import RESULTS, read_results, results_table, write_results
+from kernels_eval.scoring import problem_scores, score
+
+RMS = ({"eps": 1e-6}, {"token_count": 4096, "hidden_size": 4096})
+GEMM = ({"scaling": "none"}, {"m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "scaling": "none"})
+PROBLEMS = {"a1": ("rms_norm", RMS), "a2": ("rms_norm", RMS), "a3": ("rms_norm", RMS), "g1": ("gemm", GEMM)}
+
+
+class FakeRelease:
+    """What scoring reads of a release: manifest, weights(version), versions."""
+
+    def __init__(self, weights: dict[int, dict[str, tuple]]) -> None:
+        self.manifest = pl.DataFrame([
+            {"problem_id": pid, "operator": op, "init_kwargs": json.dumps(i), "input_kwargs": json.dumps(x),
+             "dtypes": "{}"} for pid, (op, (i, x)) in PROBLEMS.items()])
+        self._weights = weights
+        self.versions = sorted(weights)
+
+    def weights(self, version=None):
+        v = self.versions[-1] if version is None else int(str(version).lstrip("v"))
+        return pl.DataFrame([{"problem_id": p, "weight": w[0], "weight_prefill": w[1], "weight_decode": w[2],
+                              "weight_mixed": 0.0} for p, w in self._weights[v].items()])
+
+
+# v1: rms_norm W = 0.6, gemm W = 0.4; prefill only gemm + a1, decode only a2 + a3.
+V1 = {"a1": (0.2, 0.5, 0.0), "a2": (0.2, 0.0, 0.5), "a3": (0.2, 0.0, 0.5), "g1": (0.4, 0.5, 0.0)}
+V2 = {"a1": (0.05, 0.1, 0.0), "a2": (0.05, 0.0, 0.5), "a3": (0.1, 0.0, 0.5), "g1": (0.8, 0.9, 0.0)}
+
+
+def row(pid, *, t=None, roof=1.0, compiled=True, correct=True, native=True, run=0, submission="s", hardware="H200"):
+    op = PROBLEMS[pid][0]
+    base = {f.name: None for f in RESULTS}
+    base.update(submission=submission, release="r", run_id="x", run=run, problem_id=pid, operator=op,
+                hardware=hardware, device="cuda", shape_kind="problem",
+                stage="done" if compiled and correct and native else "adoption", compiled=compiled,
+                correct=correct, native=native, fallbacks=[], performance_measured=t is not None, t_measured_s=t,
+                t_roofline_s=roof, evaluated_at="now")
+    return base
+
+
+def frame(rows):
+    return pl.from_arrow(results_table(rows))
+
+
+def test_s_i_is_capped_roofline_fraction_and_zero_unless_compiled_correct_native():
+    rows = [row("a1", t=2.0), row("a2", t=0.5), row("a3", t=4.0, native=False), row("g1", t=1.0, correct=False)]
+    got = {r["problem_id"]: r["s_i"] for r in problem_scores(frame(rows)).to_dicts()}
+    assert got == {"a1": 0.5, "a2": 1.0, "a3": 0.0, "g1": 0.0}
+
+
+def test_s_agg_is_operator_weight_times_median_and_per_problem_variant():
+    rows = [row("a1", t=2.0), row("a2", t=4.0), row("a3", t=1.0), row("g1", t=10.0)]
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    # S_op(rms_norm) = median(0.5, 0.25, 1.0) = 0.5; S_op(gemm) = 0.1
+    assert s["S_op"] == pytest.approx({"rms_norm": 0.5, "gemm": 0.1})
+    assert s["S_agg"] == pytest.approx(0.6 * 0.5 + 0.4 * 0.1)
+    assert s["S_problem_weighted"] == pytest.approx(0.2 * (0.5 + 0.25 + 1.0) + 0.4 * 0.1)
+    # prefill: W_rms = 0.5 (a1), W_gemm = 0.5; decode: W_rms = 1
+    assert s["S_agg_phase"]["prefill"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.1)
+    assert s["S_agg_phase"]["decode"] == pytest.approx(0.5)
+    assert s["S_agg_phase"]["mixed"] is None
+    assert s["S_problem_weighted_phase"]["prefill"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.1)
+
+
+def test_rescoring_under_another_weights_version_needs_only_the_results():
+    rows = [row("a1", t=2.0), row("a2", t=4.0), row("a3", t=1.0), row("g1", t=10.0)]
+    release = FakeRelease({1: V1, 2: V2})
+    (v1,) = score(frame(rows), release, "v1")
+    (v2,) = score(frame(rows), release)
+    assert v1["weights_version"] == "v1" and v2["weights_version"] == "v2"
+    assert v2["S_agg"] == pytest.approx(0.2 * 0.5 + 0.8 * 0.1)
+    assert v1["S_agg"] != pytest.approx(v2["S_agg"])
+
+
+def test_rates_weighted_and_unweighted_and_missing_problems_count_as_not_compiled():
+    rows = [row("a1", t=1.0), row("a2", t=1.0, native=False), row("g1", t=None, compiled=False, correct=False,
+                                                                       native=False)]
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    assert s["evaluated"] == 3 and s["problems"] == 4
+    assert s["coverage_weight"] == pytest.approx(0.8)
+    assert s["rates"]["compile"] == {"unweighted": 0.5, "weighted": pytest.approx(0.4)}
+    assert s["rates"]["native"] == {"unweighted": 0.25, "weighted": pytest.approx(0.2)}
+
+
+def test_median_over_runs_and_bound_breakdown():
+    rows = [row("a1", t=1.0, run=0), row("a1", t=2.0, run=1), row("a1", t=4.0, run=2), row("g1", t=2.0)]
+    per = {r["problem_id"]: r for r in problem_scores(frame(rows)).to_dicts()}
+    assert per["a1"]["s_i"] == 0.5 and per["a1"]["runs"] == 3
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    assert s["bound"]["memory"]["problems"] == 3 and s["bound"]["compute"]["problems"] == 1
+    assert s["bound"]["compute"]["s_weighted"] == pytest.approx(0.5)
+    assert s["bound"]["memory"]["s_weighted"] == pytest.approx(0.5 / 3)
+
+
+def test_submissions_and_hardware_are_scored_separately():
+    rows = [row("a1", t=1.0), row("a1", t=1.0, submission="other", native=False),
+            row("a1", t=2.0, hardware="H100")]
+    scores = {(s["submission"], s["hardware"]): s for s in score(frame(rows), FakeRelease({1: V1}))}
+    assert set(scores) == {("s", "H200"), ("other", "H200"), ("s", "H100")}
+    assert scores[("other", "H200")]["rates"]["native"]["unweighted"] == 0.0
+
+
+def test_results_file_round_trip_appends_and_rejects_bad_rows(tmp_path):
+    path = tmp_path / "r.parquet"
+    write_results([row("a1", t=1.0)], path)
+    write_results([row("a1", t=2.0, run=1)], path)
+    table = read_results(path)
+    assert table.num_rows == 2 and table.schema == RESULTS
+    with pytest.raises(ValueError, match="stage"):
+        results_table([{**row("a1"), "stage": "finished"}])
+    with pytest.raises(ValueError, match="missing columns"):
+        results_table([{"problem_id": "a1"}])

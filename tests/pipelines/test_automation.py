@@ -1,0 +1,138 @@
+"""Sensors and schedules evaluated directly: a new trace file is ingested and refreshes weights to v2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from pipelines.definitions import definitions_for
+from pipelines.defs.schedules import refresh_schedule
+from pipelines.defs.sensors import new_trace_sensor
+from release.bundle import read_release
+from tests.pipelines.conftest import EXAMPLE_TRACES, QUIET, example_store
+
+FIRST = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz",
+         "qwen3-30b-a3b/eager.json.gz", "qwen3-30b-a3b/graph.json.gz"]
+LATER = "llama3-8b/graph.json.gz"
+
+
+def _copy(rel: str, root) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLE_TRACES / rel, root / rel)
+
+
+def _trace_root(tmp_path):
+    """A trace root with all example profiles but one (and the graph-capture sidecars)."""
+    root = tmp_path / "traces"
+    for rel in FIRST:
+        _copy(rel, root)
+    for sidecars in EXAMPLE_TRACES.glob("*/capture_traces"):
+        shutil.copytree(sidecars, root / sidecars.relative_to(EXAMPLE_TRACES))
+    return root
+
+
+def _sensor_tick(instance, store):
+    return new_trace_sensor(dg.build_sensor_context(instance=instance, resources={"store": store}))
+
+
+def test_sensor_adds_a_partition_per_new_trace_file_and_requests_its_ingest(tmp_path):
+    root = _trace_root(tmp_path)
+    store = example_store(tmp_path / "out", trace_root=str(root))
+    with dg.instance_for_test() as inst:
+        result = _sensor_tick(inst, store)
+        assert sorted(r.partition_key for r in result.run_requests) == FIRST
+        assert all(r.run_key == r.partition_key for r in result.run_requests)
+        assert sorted(result.dynamic_partitions_requests[0].partition_keys) == FIRST
+        inst.add_dynamic_partitions("trace_files", FIRST)
+        assert isinstance(_sensor_tick(inst, store), dg.SkipReason)
+
+        _copy(LATER, root)
+        (root / "llama3-8b" / "bad,name.json.gz").write_bytes((root / LATER).read_bytes())  # a comma breaks UI keys
+        result = _sensor_tick(inst, store)
+        assert [r.partition_key for r in result.run_requests] == [LATER]
+        assert list(result.dynamic_partitions_requests[0].partition_keys) == [LATER]
+
+
+def _run(defs, instance, request: dg.RunRequest, job_name: str):
+    job = defs.resolve_job_def(job_name)
+    result = job.execute_in_process(instance=instance, partition_key=request.partition_key, tags=request.tags,
+                                    run_config=QUIET, raise_on_error=False)
+    assert result.success, job_name
+    return result
+
+
+def _schedule_tick(defs, instance):
+    ctx = dg.build_schedule_context(instance=instance, repository_def=defs.get_repository_def(),
+                                    scheduled_execution_time=datetime(2026, 12, 1, 3, tzinfo=timezone.utc))
+    return refresh_schedule.evaluate_tick(ctx)
+
+
+def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(instance, tmp_path):
+    root = _trace_root(tmp_path)
+    store = example_store(tmp_path / "out", trace_root=str(root))
+    defs = definitions_for(store)
+
+    assert _schedule_tick(defs, instance).skip_message == "no trace ingested yet"
+    for request in _sensor_tick(instance, store).run_requests:
+        instance.add_dynamic_partitions("trace_files", [request.partition_key])
+        _run(defs, instance, request, "ingest_trace")
+    [refresh] = _schedule_tick(defs, instance).run_requests
+    _run(defs, instance, refresh, "refresh_weights")
+    assert read_release(store.release_dir).versions == [1]
+    assert "no trace ingested since" in _schedule_tick(defs, instance).skip_message
+
+    _copy(LATER, root)
+    result = _sensor_tick(instance, store)
+    instance.add_dynamic_partitions("trace_files", list(result.dynamic_partitions_requests[0].partition_keys))
+    [request] = result.run_requests
+    _run(defs, instance, request, "ingest_trace")
+    [refresh] = _schedule_tick(defs, instance).run_requests
+    _run(defs, instance, refresh, "refresh_weights")
+
+    rel = read_release(store.release_dir)
+    assert rel.versions == [1, 2]
+    drift = instance.fetch_materializations(dg.AssetKey("weight_drift"), limit=1).records[0].asset_materialization
+    meta = {k: v.value for k, v in drift.metadata.items()}
+    assert meta["weights_version"] == 2 and meta["compared_with"] == "v1"
+    # The new graph-replay profile moves chat-dense-8b's shares: the weights really moved.
+    assert meta["total_variation"] > 0 and meta["total_variation"] == rel.drift(2)["total_variation"]
+    assert (store.drift_dir / "hotshape-v2.html").is_file()
+
+
+def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_evaluating(tmp_path):
+    from pipelines.commands import materialize_all
+    from pipelines.defs.schedules import rescore_schedule
+    from pipelines.defs.sensors import new_weights_sensor
+    from tests.conftest import REPO
+
+    subs = tmp_path / "submissions"
+    shutil.copytree(REPO / "tests" / "adversarial" / "honest", subs / "honest")
+    store = example_store(tmp_path / "out", submissions=str(subs))
+    defs = definitions_for(store)
+    with dg.instance_for_test() as inst:
+        first = materialize_all(store, inst)
+        assert set(first["scores"]) == {"honest"} and first["scores"]["honest"]["S_agg"] == {"cpu": 0.0}
+        evaluations = len(inst.fetch_materializations(dg.AssetKey("evaluation_results"), limit=100).records)
+
+        ctx = dg.build_schedule_context(instance=inst, repository_def=defs.get_repository_def(), resources={"store": store},
+                                        scheduled_execution_time=datetime(2026, 12, 2, 4, tzinfo=timezone.utc))
+        [request] = rescore_schedule.evaluate_tick(ctx).run_requests
+        assert (request.partition_key, request.run_key) == ("honest", "honest:2026-12-02")
+        result = _run(defs, inst, request, "rescore")
+        assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] == ["scores"]
+
+        # A new weights version: the asset sensor re-scores under it; still no new evaluation.
+        _run(defs, inst, dg.RunRequest(), "refresh_weights")
+        sensor_ctx = dg.build_sensor_context(instance=inst, resources={"store": store})
+        tick = new_weights_sensor(sensor_ctx)
+        [request] = tick.run_requests
+        assert request.run_key == "honest:weights-v2"
+        again = dg.build_sensor_context(instance=inst, resources={"store": store}, cursor=tick.cursor)
+        assert isinstance(new_weights_sensor(again), dg.SkipReason)
+        _run(defs, inst, request, "rescore")
+        scored = json.loads((store.scores_dir("honest") / "hotshape-v2.json").read_text())
+        assert [s["weights_version"] for s in scored] == ["v2"]
+        assert len(inst.fetch_materializations(dg.AssetKey("evaluation_results"), limit=100).records) == evaluations
