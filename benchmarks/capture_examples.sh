@@ -17,6 +17,7 @@ cap --model llama3-8b --batch 8 --prompt-len 512 --decode-steps 6 --cuda-graph -
 cap --model qwen3-30b-a3b --batch 8 --prompt-len 256 --decode-steps 4 --annotate --out $ex/qwen3-30b-a3b/eager.json.gz
 cap --model qwen3-30b-a3b --batch 8 --prompt-len 256 --decode-steps 4 --cuda-graph --out $ex/qwen3-30b-a3b/graph.json.gz
 cap --model llama3-8b --layers 2 --batch 4 --prompt-len 256 --decode-steps 4 --compile --annotate --out $ex/llama3-8b-compiled/eager.json.gz
+cap --model deepseek-v2-lite --batch 8 --prompt-len 256 --decode-steps 4 --annotate --out $ex/deepseek-v2-lite/eager.json.gz
 # A large trace for the ingest benchmark: Python stacks on, as vLLM profiles by default.
 cap --model llama3-8b --layers 16 --batch 8 --prompt-len 512 --decode-steps 24 --with-stack --annotate --out $work/bench/llama3-8b-stack.json.gz
 (cd $work && find . -type f -exec ls -l {} \; | tee -a "$log")

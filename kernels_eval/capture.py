@@ -100,9 +100,20 @@ def capture(args: argparse.Namespace) -> dict:
         logits = forward(input_ids=token, past_key_values=cache, cache_position=pos, use_cache=True).logits
         return logits[:, -1:].argmax(-1)
 
+    cache_kind = args.cache or load_models()[args.model].get("cache", "static")
+
+    def new_cache():
+        if cache_kind == "dynamic":  # architectures whose K and V widths differ (MLA) in HF's static cache
+            from transformers import DynamicCache
+
+            return DynamicCache()
+        return static_cache(config, batch, max_len, device, dtype)
+
+    if args.cuda_graph and cache_kind != "static":
+        raise SystemExit("hotshape capture: --cuda-graph needs --cache static (graphs replay fixed addresses)")
     # Warm-up outside the profiled window: allocator, cuBLAS handles, compilation.
     with torch.no_grad():
-        cache = static_cache(config, batch, max_len, device, dtype)
+        cache = new_cache()
         token = prefill(cache)
         decode_eager(cache, token, prompt)
     torch.cuda.synchronize()
@@ -110,7 +121,7 @@ def capture(args: argparse.Namespace) -> dict:
     graph = None
     capture_path = None
     with torch.no_grad():
-        cache = static_cache(config, batch, max_len, device, dtype)
+        cache = new_cache()
         if args.cuda_graph:
             static_token = torch.zeros((batch, 1), dtype=torch.long, device=device)
             static_pos = torch.tensor([prompt], device=device)
@@ -175,6 +186,9 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per sequence (prefill)")
     parser.add_argument("--decode-steps", type=int, default=8, help="decode steps after the prefill")
     parser.add_argument("--cuda-graph", action="store_true", help="replay decode steps from a captured CUDA graph")
+    parser.add_argument(
+        "--cache", choices=("static", "dynamic"), default=None, help="KV cache kind (default: the model's entry, else static)"
+    )
     parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     parser.add_argument("--annotate", action="store_true", help="mark each step with a prefill/decode annotation")
     parser.add_argument("--with-stack", action="store_true", help="record Python stacks (large traces)")

@@ -30,73 +30,90 @@ def dagster_home(path: str | None = None) -> Path:
     return home
 
 
-def _checks(result) -> dict[str, bool]:
-    return {f"{e.asset_key.to_user_string()}:{e.check_name}": e.passed for e in result.get_asset_check_evaluations()}
+def _checks(result, suffix: str = "") -> dict[str, bool]:
+    return {f"{e.asset_key.to_user_string()}:{e.check_name}{suffix}": e.passed for e in result.get_asset_check_evaluations()}
 
 
-def materialize_all(store, instance) -> dict:
-    """Ingest every trace not ingested yet (one partition each), refresh weights, release and drift,
-    evaluate every submission not evaluated yet and score each under the latest weights.
+class _Graph:
+    """materialize() calls on one instance and store, as the sensors and schedules would launch them."""
 
-    As the sensors and schedules would: the refresh runs when something new was ingested or no
-    release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
-    """
-    import dagster as dg
+    def __init__(self, store, instance):
+        from pipelines.definitions import ASSETS, CHECKS
 
-    from pipelines.definitions import ASSETS, CHECKS
-    from pipelines.partitions import submissions, trace_files, usable_key
+        self.store, self.instance, self.defs = store, instance, ASSETS + CHECKS
 
-    resources = {"store": store}
-    keys = [k for k in store.trace_keys() if usable_key(k)]
-    known = set(instance.get_dynamic_partitions(trace_files.name))
-    instance.add_dynamic_partitions(trace_files.name, [k for k in keys if k not in known])
-    summary: dict = {"traces": [], "checks": {}}
-    ingested = 0
-    for key in keys:
+    def run(self, selection: list[str], partition_key: str | None = None):
+        import dagster as dg
+
+        return dg.materialize(self.defs, selection=selection, partition_key=partition_key, instance=self.instance,
+                              resources={"store": self.store}, run_config=QUIET, raise_on_error=False)
+
+    def add_partitions(self, partitions, keys: list[str]) -> list[str]:
+        from pipelines.partitions import usable_key
+
+        keys = [k for k in keys if usable_key(k)]
+        known = set(self.instance.get_dynamic_partitions(partitions.name))
+        self.instance.add_dynamic_partitions(partitions.name, [k for k in keys if k not in known])
+        return keys
+
+
+def _ingest(graph: _Graph, summary: dict) -> int:
+    """Ingest every trace file without a summary yet; how many were ingested."""
+    from pipelines.partitions import trace_files
+
+    store, ingested = graph.store, 0
+    for key in graph.add_partitions(trace_files, store.trace_keys()):
         done = store.read_summary(key)
         if done is not None and store.op_shape_time_file(done["trace_id"]).is_file():
             summary["traces"].append({"partition": key, "trace_id": done["trace_id"], "status": "already ingested"})
             continue
-        r = dg.materialize(ASSETS + CHECKS, selection=INGEST, partition_key=key, instance=instance,
-                           resources=resources, run_config=QUIET, raise_on_error=False)
+        r = graph.run(INGEST, key)
         ingested += r.success
-        done = store.read_summary(key) or {}
-        summary["traces"].append({"partition": key, "trace_id": done.get("trace_id"),
+        summary["traces"].append({"partition": key, "trace_id": (store.read_summary(key) or {}).get("trace_id"),
                                   "status": "ingested" if r.success else "failed"})
-        summary["checks"].update({f"{k}[{key}]": v for k, v in _checks(r).items()})
-    if ingested or not (store.release_dir / "release.json").is_file():
-        r = dg.materialize(ASSETS + CHECKS, selection=REFRESH, instance=instance, resources=resources,
-                           run_config=QUIET, raise_on_error=False)
+        summary["checks"].update(_checks(r, f"[{key}]"))
+    return ingested
+
+
+def _evaluate(graph: _Graph, summary: dict, release_name: str, version: int) -> None:
+    """Evaluate submissions without results, score those without a score under weights `version`."""
+    from pipelines.partitions import submissions
+
+    store = graph.store
+    summary["scores"] = {}
+    for key in graph.add_partitions(submissions, store.submission_keys()):
+        scored = store.scores_dir(key) / f"{release_name}-v{version}.json"
+        selection = EVALUATE if not store.results_file(key).is_file() else [] if scored.is_file() else ["scores"]
+        if selection and not graph.run(selection, key).success:
+            summary["error"] = f"evaluating or scoring submission {key} failed; see its run in the Dagster UI"
+        if scored.is_file():
+            summary["scores"][key] = {"path": str(scored), "results": str(store.results_file(key)),
+                                      "S_agg": {s["hardware"]: s["S_agg"] for s in json.loads(scored.read_text())}}
+
+
+def materialize_all(store, instance) -> dict:
+    """Ingest new traces (one partition each), refresh weights → release → drift, evaluate new
+    submissions and score every submission under the latest weights.
+
+    As the sensors and schedules would: the refresh runs when something new was ingested or no
+    release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
+    """
+    graph = _Graph(store, instance)
+    summary: dict = {"traces": [], "checks": {}, "refreshed": False}
+    if _ingest(graph, summary) or not (store.release_dir / "release.json").is_file():
+        r = graph.run(REFRESH)
         summary["checks"].update(_checks(r))
         summary["refreshed"] = r.success
         if not r.success:
-            summary["error"] = "refresh failed; see the run's events in the Dagster UI"
-    else:
-        summary["refreshed"] = False
-    release = store.release_dir
-    if not (release / "release.json").is_file():
+            summary["error"] = "refresh failed; see its run in the Dagster UI"
+    if not (store.release_dir / "release.json").is_file():
         return summary
-    info = json.loads((release / "release.json").read_text())
+    info = json.loads((store.release_dir / "release.json").read_text())
     version = info["weights"][-1]["version"]
-    summary.update(release=str(release), weights_version=version, scores={})
     drift = store.drift_dir / f"{info['name']}-v{version}.html"
-    summary["drift_report"] = str(drift) if drift.is_file() else None
-
-    keys = [k for k in store.submission_keys() if usable_key(k)]
-    known = set(instance.get_dynamic_partitions(submissions.name))
-    instance.add_dynamic_partitions(submissions.name, [k for k in keys if k not in known])
-    for key in keys:
-        scored = store.scores_dir(key) / f"{info['name']}-v{version}.json"
-        selection = EVALUATE if not store.results_file(key).is_file() else [] if scored.is_file() else ["scores"]
-        if selection:
-            r = dg.materialize(ASSETS + CHECKS, selection=selection, partition_key=key, instance=instance,
-                               resources=resources, run_config=QUIET, raise_on_error=False)
-            if not r.success:
-                summary["error"] = f"evaluating or scoring submission {key} failed; see the run in the Dagster UI"
-        if scored.is_file():
-            by_hardware = json.loads(scored.read_text())
-            summary["scores"][key] = {"path": str(scored), "results": str(store.results_file(key)),
-                                      "S_agg": {s["hardware"]: s["S_agg"] for s in by_hardware}}
+    summary.update(release=str(store.release_dir), weights_version=version,
+                   drift_report=str(drift) if drift.is_file() else None)
+    _evaluate(graph, summary, info["name"], version)
     return summary
 
 

@@ -87,6 +87,7 @@ class OperatorJudge:
         self.worker: WorkerProcess | None = None
         self.exchange = Path(tempfile.mkdtemp(prefix=f"x-{operator}-", dir=workdir))
         self.log = workdir / f"{operator}.log"
+        self.initialized_with = None
 
     # ---- worker plumbing --------------------------------------------------------------------------------
 
@@ -124,11 +125,36 @@ class OperatorJudge:
     # ---- one shape --------------------------------------------------------------------------------------
 
     def _init(self, init_kwargs: dict) -> dict:
-        return self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
+        self.initialized_with = None
+        reply = self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction},
-                             max(self.config.call_timeout_s, self.config.start_timeout_s))
+                              max(self.config.call_timeout_s, self.config.start_timeout_s))
+        if reply.get("ok"):
+            self.initialized_with = (id(self.worker), _shape_text(init_kwargs))
+        return reply
+
+    def _ensure_init(self, init_kwargs: dict) -> None:
+        """Re-import and rebuild Model in a respawned worker (or for other init kwargs)."""
+        if self.worker is None or self.initialized_with != (id(self.worker), _shape_text(init_kwargs)):
+            reply = self._init(init_kwargs)
+            if not reply.get("ok"):
+                raise WorkerDied(f"re-initialising the worker failed: {reply.get('error')}")
+
+    def _ghost_passes(self, model, init_kwargs: dict, input_kwargs: dict) -> bool:
+        """Ghost replay: True when the outputs stay correct with the submission's own @triton.jit launches
+        skipped (those kernels do not produce the result). A ghost call that fails or dies means they do; the
+        worker is replaced, as a skipped kernel can leave it broken (a device-side assert, say)."""
+        try:
+            reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, ghost=True)
+        except WorkerDied:
+            return False
+        if not reply.get("ok"):
+            self.worker.close()
+            self.worker = None
+            return False
+        return not failures
 
     def _judged_call(self, model, init_kwargs: dict, input_kwargs: dict, **flags) -> tuple[dict, list[str], float]:
         """(reply, failures, max error) of one worker call judged against the reference on the same seed."""
@@ -178,10 +204,8 @@ class OperatorJudge:
                     max_err = max(max_err, err)
                     if failures and not errors:
                         errors = [f"input set {k + 1}, {_shape_text(input_kwargs)}: " + "; ".join(failures[:3])]
-                # ghost replay: the submission's own kernels skipped; correct outputs mean they do no work
                 if any(x.get("owned") for x in launches):
-                    reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, ghost=True)
-                    ghost_passed = ghost_passed or (reply.get("ok") and not failures)
+                    ghost_passed = self._ghost_passes(model, init_kwargs, input_kwargs) or ghost_passed
         except WorkerDied as exc:
             return self._fail(v, "correctness" if v["compiled"] else "compile", str(exc))
         v["max_abs_err"] = max_err
@@ -192,6 +216,7 @@ class OperatorJudge:
         elif gpu:
             init_kwargs, input_kwargs = shapes[-1]
             try:
+                self._ensure_init(init_kwargs)
                 prof = self._request({"cmd": "profile", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
                                       "calls": self.config.profile_calls})
             except WorkerDied as exc:
@@ -218,7 +243,7 @@ class OperatorJudge:
     def _performance(self, v: dict, model, shape: tuple[dict, dict], prof: dict) -> dict:
         import statistics
 
-        from kernels_eval.harness.timing import quantiles, time_calls
+        from kernels_eval.harness.timing import quantiles
 
         init_kwargs, input_kwargs = shape
         kernel_s = sum(prof["kernel_us"].values()) / 1e6
@@ -228,6 +253,7 @@ class OperatorJudge:
                                                 f"CUDA events on the calling stream saw {event_s * 1e6:.1f} µs "
                                                 "(work outside the timed stream)")
         try:
+            self._ensure_init(init_kwargs)
             timed = self._request({"cmd": "time", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
                                    "budget_s": self.config.timing_budget_s,
                                    "max_calls": self.config.timing_max_calls})
@@ -312,26 +338,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                 verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
                             for p in plist}
             else:
-                judge = OperatorJudge(op, file, config, workdir)
-                try:
-                    if config.device == "cpu":
-                        smoke = [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke]
-                        t0 = time.monotonic()
-                        verdict = judge.evaluate_shapes(smoke)
-                        verdict["eval_s"] = time.monotonic() - t0
-                        verdicts = {p.problem_id: verdict for p in plist}
-                    else:
-                        for p in plist:
-                            t0 = time.monotonic()
-                            verdicts[p.problem_id] = judge.evaluate_shapes([(p.init_kwargs, p.input_kwargs)])
-                            verdicts[p.problem_id]["eval_s"] = time.monotonic() - t0
-                            if progress:
-                                progress(p, verdicts[p.problem_id])
-                finally:
-                    judge.close()
-                    if config.keep_logs is not None and judge.log.exists():
-                        config.keep_logs.mkdir(parents=True, exist_ok=True)
-                        shutil.copy(judge.log, config.keep_logs / judge.log.name)
+                verdicts = _judge_operator(op, file, plist, config, workdir, progress)
             sha = file_sha256(file) if file is not None else None
             for p in plist:
                 t_roof = roof.get(p.problem_id)
@@ -348,6 +355,41 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     return rows
 
 
+def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
+                    progress) -> dict[str, dict]:
+    """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
+    problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
+    running out of memory) fails only that problem, with the error named."""
+    judge = OperatorJudge(op, file, config, workdir)
+    if config.device == "cpu":
+        groups = [(plist, [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke])]
+    else:
+        groups = [([p], [(p.init_kwargs, p.input_kwargs)]) for p in plist]
+    verdicts = {}
+    try:
+        for problems, shapes in groups:
+            t0 = time.monotonic()
+            try:
+                verdict = judge.evaluate_shapes(shapes)
+            except Exception as exc:  # noqa: BLE001 - reported in the row; the run goes on
+                verdict = {"stage": "compile", "error": f"evaluator error, problem not judged: "
+                                                        f"{type(exc).__name__}: {exc}"[:2000]}
+                judge.close()
+                judge = OperatorJudge(op, file, config, workdir)
+                _free_device_memory(config.device)
+            verdict["eval_s"] = time.monotonic() - t0
+            for p in problems:
+                verdicts[p.problem_id] = verdict
+                if progress:
+                    progress(p, verdict)
+    finally:
+        judge.close()
+        if config.keep_logs is not None and judge.log.exists():
+            config.keep_logs.mkdir(parents=True, exist_ok=True)
+            shutil.copy(judge.log, config.keep_logs / judge.log.name)
+    return verdicts
+
+
 def _row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:
     t = v.get("t_measured_s")
     ref = v.get("t_reference_s")
@@ -359,6 +401,16 @@ def _row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None,
             "t_measured_s": t, "t_p10_s": v.get("t_p10_s"), "t_p90_s": v.get("t_p90_s"), "n_timed": v.get("n_timed"),
             "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
             "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.get("eval_s")}
+
+
+def _free_device_memory(device: str) -> None:
+    if device == "cuda":
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _scratch_dir() -> str | None:

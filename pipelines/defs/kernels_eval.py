@@ -20,11 +20,12 @@ def evaluation_results(context: dg.AssetExecutionContext, store: HotshapeStore) 
     """One row per problem of the release for a new run of one submission: compile, correctness, adoption, timing."""
     # The harness spawns one worker process per operator file; torch and triton load there, not here.
     from kernels_eval.eval_commands import eval_summary
+    from kernels_eval.harness.release_view import read_release_view
     from kernels_eval.harness.runner import EvalConfig, detect_hardware, evaluate
 
     key, path = context.partition_key, store.results_file(context.partition_key)
-    release = read_release(store.release_dir)
-    hardware = detect_hardware(store.device)
+    release = read_release_view(store.release_dir)
+    hardware = detect_hardware(store.device, release.hardware_names)
     config = EvalConfig(device=store.device, hardware=hardware, run=next_run(path, key, hardware))
     rows = evaluate(store.submission_path(key), release, config=config)
     write_results(rows, path)

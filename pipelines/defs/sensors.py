@@ -10,7 +10,8 @@ from pipelines.resources import HotshapeStore
 MAX_NEW_PER_TICK = 200  # a burst of thousands of files is spread over ticks instead of one huge request
 
 
-def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: list[str], what: str):
+def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: list[str], what: str,
+                    tags: dict[str, str] | None = None):
     """A SensorResult adding a partition and requesting a run for every usable key not known yet."""
     unusable = [k for k in found if not usable_key(k)]
     if unusable:
@@ -19,7 +20,7 @@ def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: 
     new = [k for k in found if k not in known and usable_key(k)][:MAX_NEW_PER_TICK]
     if not new:
         return dg.SkipReason(f"no new {what}")
-    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=k) for k in new],
+    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=k, tags=tags) for k in new],
                            dynamic_partitions_requests=[partitions.build_add_request(new)])
 
 
@@ -32,7 +33,9 @@ def new_trace_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
 @dg.sensor(job=evaluate_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_submission_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
     """Add a partition for every new submission directory and request its evaluation and score."""
-    return _new_partitions(context, submissions, store.submission_keys(), "submissions")
+    # The run tag lets dagster.yaml allow one evaluation run per device at a time.
+    return _new_partitions(context, submissions, store.submission_keys(), "submissions",
+                           tags={"hotshape/device": store.device})
 
 
 def rescore_requests(instance: dg.DagsterInstance, store: HotshapeStore, tag: str) -> list[dg.RunRequest]:

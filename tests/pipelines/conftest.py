@@ -27,6 +27,36 @@ def example_store(out: Path, **fields) -> HotshapeStore:
     return HotshapeStore(**{"trace_root": str(EXAMPLE_TRACES), "fleet": str(EXAMPLE_FLEET), "out": str(out), **fields})
 
 
+# Two of the example deployments, for tests that need a few real traces, not all five.
+DENSE_FLEET = (
+    "window: {start: 2026-11-01, end: 2026-11-30}\n"
+    "deployments:\n"
+    "  - {id: chat-dense-8b, model: llama3-8b, framework: hf, accelerator: H200, card_hours: 46080,"
+    " traces: ['llama3-8b/*.json.gz']}\n"
+    "  - {id: batch-compiled, model: llama3-8b, framework: tc, accelerator: H200, card_hours: 2880,"
+    " traces: ['llama3-8b-compiled/*.json.gz']}\n"
+)
+
+
+def copy_traces(root: Path, rels: list[str]) -> Path:
+    """Copy example traces (and every graph-capture sidecar directory) under `root`."""
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLE_TRACES / rel, root / rel)
+    for sidecars in EXAMPLE_TRACES.glob("*/capture_traces"):
+        if not (root / sidecars.relative_to(EXAMPLE_TRACES)).exists():
+            shutil.copytree(sidecars, root / sidecars.relative_to(EXAMPLE_TRACES))
+    return root
+
+
+def dense_store(tmp_path: Path, rels: list[str], **fields) -> HotshapeStore:
+    """A store over a copy of `rels` and the two dense deployments' fleet."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(DENSE_FLEET)
+    root = copy_traces(tmp_path / "traces", rels)
+    return HotshapeStore(**{"trace_root": str(root), "fleet": str(fleet), "out": str(tmp_path / "out"), **fields})
+
+
 # ---- PostgreSQL: Debian's server binaries, started in a temporary directory on a free port ----------
 
 def _pg_bin() -> Path | None:
@@ -123,14 +153,21 @@ def instance(request):
         yield inst
 
 
-@pytest.fixture(scope="module")
-def materialized(tmp_path_factory):
-    """The whole graph materialized once on examples/: (store, summary of the run)."""
+@pytest.fixture(scope="session")
+def materialized_on_sqlite(tmp_path_factory):
+    """The whole graph materialized once on examples/ (sqlite): (store, summary, instance)."""
     from pipelines.commands import materialize_all
 
-    store = example_store(tmp_path_factory.mktemp("pipeline") / "out")
+    tmp = tmp_path_factory.mktemp("pipeline")
+    store = example_store(tmp / "out", submissions=str(tmp / "no-submissions"))
     with dg.instance_for_test() as inst:
-        summary = materialize_all(store, inst)
+        yield store, materialize_all(store, inst), inst
+
+
+@pytest.fixture(scope="session")
+def materialized(materialized_on_sqlite):
+    """(store, summary) of the whole graph materialized once on examples/."""
+    store, summary, _ = materialized_on_sqlite
     return store, summary
 
 

@@ -6,6 +6,7 @@ import json
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from kernels_eval.roofline import problem_roofline
 from pipelines.commands import materialize_all
@@ -35,9 +36,8 @@ def _roofline_computable(rel, accelerator) -> bool:
     return True
 
 
-def test_whole_graph_on_examples(instance, tmp_path):
-    store = example_store(tmp_path / "out")
-    summary = materialize_all(store, instance)
+def test_whole_graph_on_examples(materialized_on_sqlite):
+    store, summary, instance = materialized_on_sqlite
 
     assert sorted(instance.get_dynamic_partitions("trace_files")) == EXAMPLE_KEYS
     assert [t["status"] for t in summary["traces"]] == ["ingested"] * 5
@@ -76,7 +76,26 @@ def test_whole_graph_on_examples(instance, tmp_path):
 
     assert checks["release_bundle:every_selected_problem_has_roofline"] == _roofline_computable(rel, load_hardware()["H200"])
 
-    # Same inputs again: nothing re-ingested, no new weights version.
+
+
+def test_same_inputs_again_change_nothing(materialized_on_sqlite, tmp_path):
+    store, _, instance = materialized_on_sqlite
+    before = read_release(store.release_dir).info["files"]
     again = materialize_all(store, instance)
     assert [t["status"] for t in again["traces"]] == ["already ingested"] * 5
-    assert again["refreshed"] is False and read_release(store.release_dir).versions == [1]
+    assert again["refreshed"] is False and read_release(store.release_dir).info["files"] == before
+
+
+@pytest.mark.postgres
+def test_whole_graph_on_postgres_writes_the_same_release(materialized_on_sqlite, postgres_server, tmp_path):
+    """The instance's storage changes nothing in the data: the release is byte-for-byte the sqlite one."""
+    sqlite_store, sqlite_summary, _ = materialized_on_sqlite
+    store = example_store(tmp_path / "out", submissions=str(tmp_path / "no-submissions"))
+    url = postgres_server.url(postgres_server.database())
+    with dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as instance:
+        summary = materialize_all(store, instance)
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert sorted(instance.get_dynamic_partitions("trace_files")) == EXAMPLE_KEYS
+        assert _metadata(instance, "release_bundle")["problems"] == read_release(store.release_dir).manifest.height
+    assert summary["checks"] == sqlite_summary["checks"]
+    assert read_release(store.release_dir).info["files"] == read_release(sqlite_store.release_dir).info["files"]

@@ -12,26 +12,10 @@ from pipelines.definitions import definitions_for
 from pipelines.defs.schedules import refresh_schedule
 from pipelines.defs.sensors import new_trace_sensor
 from release.bundle import read_release
-from tests.pipelines.conftest import EXAMPLE_TRACES, QUIET, example_store
+from tests.pipelines.conftest import QUIET, copy_traces, dense_store
 
-FIRST = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz",
-         "qwen3-30b-a3b/eager.json.gz", "qwen3-30b-a3b/graph.json.gz"]
-LATER = "llama3-8b/graph.json.gz"
-
-
-def _copy(rel: str, root) -> None:
-    (root / rel).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(EXAMPLE_TRACES / rel, root / rel)
-
-
-def _trace_root(tmp_path):
-    """A trace root with all example profiles but one (and the graph-capture sidecars)."""
-    root = tmp_path / "traces"
-    for rel in FIRST:
-        _copy(rel, root)
-    for sidecars in EXAMPLE_TRACES.glob("*/capture_traces"):
-        shutil.copytree(sidecars, root / sidecars.relative_to(EXAMPLE_TRACES))
-    return root
+FIRST = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz"]
+LATER = "llama3-8b/graph.json.gz"  # a CUDA-graph profile of the same deployment arrives later
 
 
 def _sensor_tick(instance, store):
@@ -39,8 +23,8 @@ def _sensor_tick(instance, store):
 
 
 def test_sensor_adds_a_partition_per_new_trace_file_and_requests_its_ingest(tmp_path):
-    root = _trace_root(tmp_path)
-    store = example_store(tmp_path / "out", trace_root=str(root))
+    store = dense_store(tmp_path, FIRST)
+    root = tmp_path / "traces"
     with dg.instance_for_test() as inst:
         result = _sensor_tick(inst, store)
         assert sorted(r.partition_key for r in result.run_requests) == FIRST
@@ -49,7 +33,7 @@ def test_sensor_adds_a_partition_per_new_trace_file_and_requests_its_ingest(tmp_
         inst.add_dynamic_partitions("trace_files", FIRST)
         assert isinstance(_sensor_tick(inst, store), dg.SkipReason)
 
-        _copy(LATER, root)
+        copy_traces(root, [LATER])
         (root / "llama3-8b" / "bad,name.json.gz").write_bytes((root / LATER).read_bytes())  # a comma breaks UI keys
         result = _sensor_tick(inst, store)
         assert [r.partition_key for r in result.run_requests] == [LATER]
@@ -71,8 +55,7 @@ def _schedule_tick(defs, instance):
 
 
 def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(instance, tmp_path):
-    root = _trace_root(tmp_path)
-    store = example_store(tmp_path / "out", trace_root=str(root))
+    store = dense_store(tmp_path, FIRST)
     defs = definitions_for(store)
 
     assert _schedule_tick(defs, instance).skip_message == "no trace ingested yet"
@@ -84,7 +67,7 @@ def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(in
     assert read_release(store.release_dir).versions == [1]
     assert "no trace ingested since" in _schedule_tick(defs, instance).skip_message
 
-    _copy(LATER, root)
+    copy_traces(tmp_path / "traces", [LATER])
     result = _sensor_tick(instance, store)
     instance.add_dynamic_partitions("trace_files", list(result.dynamic_partitions_requests[0].partition_keys))
     [request] = result.run_requests
@@ -110,7 +93,7 @@ def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_ev
 
     subs = tmp_path / "submissions"
     shutil.copytree(REPO / "tests" / "adversarial" / "honest", subs / "honest")
-    store = example_store(tmp_path / "out", submissions=str(subs))
+    store = dense_store(tmp_path, FIRST, submissions=str(subs))
     defs = definitions_for(store)
     with dg.instance_for_test() as inst:
         first = materialize_all(store, inst)

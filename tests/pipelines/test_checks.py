@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import dagster as dg
 import polars as pl
@@ -15,7 +14,7 @@ from pipelines.defs import ingest as ingest_defs
 from pipelines.defs.release import (every_selected_problem_has_roofline, no_sealed_strings_in_public,
                                     release_weights_sum_to_one)
 from pipelines.defs.weighting import coverage_above_floor, hot_problem_weights_sum_to_one
-from tests.pipelines.conftest import EXAMPLE_TRACES, QUIET, example_store
+from tests.pipelines.conftest import QUIET, dense_store, example_store
 
 
 @pytest.fixture(scope="module")
@@ -114,18 +113,9 @@ def test_leak_check_finds_a_sealed_string_written_into_a_public_file(materialize
 
 def test_roofline_check_passes_on_gemm_problems_of_the_dense_deployments(tmp_path):
     """Real traces whose hot problems (GEMMs, min operator share 5%) all have work models."""
-    traces = tmp_path / "traces"
-    for rel in ("llama3-8b/eager.json.gz", "llama3-8b-compiled/eager.json.gz"):
-        (traces / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(EXAMPLE_TRACES / rel, traces / rel)
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(
-        "deployments:\n"
-        "  - {id: chat-dense-8b, model: llama3-8b, framework: hf, accelerator: H200, card_hours: 46080, traces: ['llama3-8b/*.json.gz']}\n"
-        "  - {id: batch-compiled, model: llama3-8b, framework: tc, accelerator: H200, card_hours: 2880, traces: ['llama3-8b-compiled/*.json.gz']}\n")
     policy = tmp_path / "policy.yaml"
     policy.write_text("min_operator_share: 0.05\n")
-    store = example_store(tmp_path / "out", trace_root=str(traces), fleet=str(fleet), policy=str(policy))
+    store = dense_store(tmp_path, ["llama3-8b/eager.json.gz", "llama3-8b-compiled/eager.json.gz"], policy=str(policy))
     with dg.instance_for_test() as inst:
         summary = materialize_all(store, inst)
     assert summary["checks"]["release_bundle:every_selected_problem_has_roofline"] is True

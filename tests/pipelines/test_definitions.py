@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -18,19 +20,23 @@ def test_definitions_load_with_every_asset_check_job_sensor_and_schedule():
     dg.Definitions.validate_loadable(d)
     repo = d.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} >= {
-        "kernel_events", "op_shape_time", "fleet_weights", "release_bundle", "weight_drift"}
+        "kernel_events", "op_shape_time", "fleet_weights", "release_bundle", "weight_drift", "evaluation_results", "scores"}
     checks = {f"{k.asset_key.to_user_string()}:{k.name}" for k in repo.asset_graph.asset_check_keys}
     assert checks >= {
         "kernel_events:gpu_time_conserved", "fleet_weights:weights_sum_to_one", "fleet_weights:coverage_above_floor",
         "release_bundle:no_sealed_strings_in_public", "release_bundle:weights_sum_to_one",
         "release_bundle:every_selected_problem_has_roofline"}
     jobs = {j.name for j in repo.get_all_jobs()}
-    assert {"ingest_trace", "refresh_weights"} <= jobs
-    assert {s.name for s in repo.sensor_defs} >= {"new_trace_sensor"}
-    assert {s.name for s in repo.schedule_defs} >= {"refresh_schedule"}
+    assert {"ingest_trace", "refresh_weights", "evaluate_submission", "rescore"} <= jobs
+    assert {s.name for s in repo.sensor_defs} == {"new_trace_sensor", "new_submission_sensor", "new_weights_sensor"}
+    assert {s.name for s in repo.schedule_defs} == {"refresh_schedule", "rescore_schedule"}
     # The ingest job is partitioned by trace file; the refresh job is not.
     assert repo.get_job("ingest_trace").partitions_def.name == "trace_files"
     assert repo.get_job("refresh_weights").partitions_def is None
+    assert repo.get_job("evaluate_submission").partitions_def.name == "submissions"
+    # One evaluation step at a time per GPU: the evaluation sits in the `gpu` pool.
+    pools = {key.to_user_string(): a.op.pool for a in repo.assets_defs_by_key.values() for key in a.keys}
+    assert pools["evaluation_results"] == "gpu" and pools["scores"] is None and pools["kernel_events"] is None
 
 
 def test_importing_definitions_does_not_import_torch_or_triton():
@@ -45,3 +51,13 @@ def test_importing_definitions_does_not_import_torch_or_triton():
 def test_store_reads_hotshape_environment_variables_when_definitions_load():
     store = store_from_env({"HOTSHAPE_TRACES": "/data/traces", "HOTSHAPE_COVERAGE_FLOOR": "0.8", "HOME": "/root"})
     assert (store.trace_root, store.coverage_floor, store.fleet) == ("/data/traces", 0.8, HotshapeStore().fleet)
+
+
+def test_dagster_cli_finds_and_validates_the_code_location(tmp_path):
+    """What `dagster dev` loads: the location named by [tool.dg] in pyproject.toml (like `dg check defs`)."""
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    out = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Validation successful for code location pipelines.definitions" in out.stderr + out.stdout

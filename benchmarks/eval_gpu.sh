@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The evaluator's GPU run (issue 7) on one H200, under the machine's stock python3 (torch, triton, pyarrow,
+# pyyaml; no polars). Build the release on a CPU machine first and carry it:
+#     hotshape import-atrex ../shared/reference-data/atrex-bench --out out/atrex-release
+# then on the GPU machine, from the repo root (each line fits the 10-minute command limit):
+#     OUT=$OUT bash benchmarks/eval_gpu.sh adversarial,honest
+#     OUT=$OUT bash benchmarks/eval_gpu.sh full
+# Writes under $OUT/eval_gpu/: adversarial.json, honest.parquet, honest.json, fallback.parquet, fallback.json
+# and one log per invocation. Copy them to benchmarks/results/eval_gpu/ with the command that made them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/results}
+RELEASE=${RELEASE:-out/atrex-release}
+PHASES=${1:-adversarial,honest,full}
+mkdir -p "$OUT/eval_gpu"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+LOG="$OUT/eval_gpu/eval_gpu_${PHASES//,/_}.log"
+{
+  date -u +%FT%TZ
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0))'
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+  python3 benchmarks/eval_gpu.py --release "$RELEASE" --out "$OUT/eval_gpu" --phases "$PHASES" ${FULL_OPS:+--full-ops "$FULL_OPS"}
+  date -u +%FT%TZ
+} 2>&1 | tee "$LOG"
