@@ -49,15 +49,19 @@ class _ChainCache:
         self.ranges = ranges
         self.entries: dict[int, str] = {}
 
-    def entry(self, i: int) -> tuple[str, object]:
+    def entry(self, i: int) -> tuple:
         hit = self.entries.get(i)
         if hit is None:
             args = self.ranges[i].args()
             if args.dims is NULL_JSON and args.types is NULL_JSON:
                 hit = ("null", args)
             else:
-                parts = (_compact(args.dims), _compact(args.types), _compact(args.concrete))
-                hit = ('{"dims":%s,"types":%s,"concrete":%s}' % parts, args, parts)
+                # One compaction pass over the whole entry; the separators cannot occur inside its
+                # parts (dims are numbers, and a quote inside a JSON string is escaped).
+                text = _compact(b'{"dims":%b,"types":%b,"concrete":%b}' % (args.dims, args.types, args.concrete))
+                t = text.index(',"types":')
+                c = text.index(',"concrete":', t)
+                hit = (text, args, (text[8:t], text[t + 9 : c], text[c + 12 : -1]))
             self.entries[i] = hit
         return hit
 
@@ -107,25 +111,26 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
             chain_of[correlation] = cache.get(chain)
 
     # Order within a graph launch: kernels sharing one graph launch's correlation, by start time.
-    graph_index: dict[int, int] = {}
-    by_correlation: dict[int, list[int]] = defaultdict(list)
+    members_of: dict[int, list[int]] = defaultdict(list)
     for i, a in enumerate(trace.activities):
         if a.correlation is not None:
-            by_correlation[a.correlation].append(i)
+            members_of[a.correlation].append(i)
+    graph_index: dict[int, int] = {}  # activity index -> position in its graph launch
+    ordered: set[int] = set()  # correlations whose graph kernels are numbered
 
-    cols: dict[str, list] = {name: [] for name in KERNEL_EVENTS.names}
+    trace_id, launches = trace.trace_id, trace.launches
     empty = ([], None, None, None, None, None, None, set())
+    rows = []
     for i, a in enumerate(trace.activities):
-        row = trace.launches.get(a.correlation) if a.correlation is not None else None
-        chain = chain_of.get(a.correlation, empty) if row is not None else empty
-        names, args_json, op, dims, types, concrete, annotation, chain_ext_ids = chain
+        row = launches.get(a.correlation) if a.correlation is not None else None
+        names, args_json, op, dims, types, concrete, annotation, chain_ext_ids = (
+            chain_of.get(a.correlation, empty) if row is not None else empty
+        )
         graph = a.graph_node or (row is not None and row.name.startswith(GRAPH_LAUNCH_NAMES))
-        if graph:
-            if a.correlation not in graph_index:
-                members = sorted(by_correlation[a.correlation], key=lambda j: trace.activities[j].ts_ns)
-                for k, j in enumerate(members):
-                    graph_index[j] = k
-                graph_index[a.correlation] = -1
+        if graph and a.correlation not in ordered:
+            ordered.add(a.correlation)
+            members = sorted(members_of[a.correlation], key=lambda j: trace.activities[j].ts_ns)
+            graph_index.update((j, k) for k, j in enumerate(members))
         if row is None:
             attribution = "unattributed"
         elif graph:
@@ -134,30 +139,33 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
             attribution = "direct"
         else:
             attribution = "launch_only"
-        cols["trace_id"].append(trace.trace_id)
-        cols["kernel"].append(a.name)
-        cols["category"].append(a.category)
-        cols["ts_ns"].append(a.ts_ns)
-        cols["dur_ns"].append(a.dur_ns)
-        cols["device"].append(a.device)
-        cols["stream"].append(a.stream)
-        cols["correlation"].append(a.correlation)
-        cols["launch"].append(row.name if row is not None else None)
-        cols["op"].append(op)
-        cols["op_chain"].append(names)
-        cols["op_chain_args"].append(args_json)
-        cols["input_dims"].append(dims)
-        cols["input_types"].append(types)
-        cols["concrete_inputs"].append(concrete)
-        cols["annotation"].append(annotation)
-        cols["graph_launch"].append(graph)
-        cols["graph_kernel_index"].append(graph_index.get(i) if graph else None)
-        # Since PyTorch 2.1 a kernel's `External id` is its enclosing op's; before, the launch row's.
-        cols["external_id_agrees"].append(
-            None
-            if a.external_id is None or graph or row is None
-            else a.external_id in chain_ext_ids or a.external_id == row.external_id
+        rows.append(
+            (
+                trace_id,
+                a.name,
+                a.category,
+                a.ts_ns,
+                a.dur_ns,
+                a.device,
+                a.stream,
+                a.correlation,
+                row.name if row is not None else None,
+                op,
+                names,
+                args_json,
+                dims,
+                types,
+                concrete,
+                annotation,
+                graph,
+                graph_index.get(i) if graph else None,
+                # Since PyTorch 2.1 a kernel's `External id` is its enclosing op's; before, the launch row's.
+                None
+                if a.external_id is None or graph or row is None
+                else a.external_id in chain_ext_ids or a.external_id == row.external_id,
+                attribution,
+            )
         )
-        cols["attribution"].append(attribution)
+    cols = dict(zip(KERNEL_EVENTS.names, map(list, zip(*rows)))) if rows else {n: [] for n in KERNEL_EVENTS.names}
     table = validate(pa.table(cols, schema=KERNEL_EVENTS), KERNEL_EVENTS, f"kernel_events of {trace.path}")
     return pl.from_arrow(table)

@@ -126,7 +126,7 @@ NULL_JSON = msgspec.Raw(b"null")
 _Scalar = Union[int, str, None]
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: Union[str, None] = None
     name: Union[str, None] = None
@@ -137,7 +137,7 @@ class _Event(msgspec.Struct):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
-class _Document(msgspec.Struct):
+class _Document(msgspec.Struct, gc=False):
     traceEvents: list[_Event]
     baseTimeNanoseconds: Union[int, float, None] = None
 
@@ -149,12 +149,12 @@ class _ExactEvent(_Event):
     dur: Union[Decimal, None] = None
 
 
-class _ExactDocument(msgspec.Struct):
+class _ExactDocument(msgspec.Struct, gc=False):
     traceEvents: list[_ExactEvent]
     baseTimeNanoseconds: Union[int, float, None] = None
 
 
-class _GpuArgs(msgspec.Struct):
+class _GpuArgs(msgspec.Struct, gc=False):
     external_id: Union[int, None] = msgspec.field(default=None, name="External id")
     correlation: Union[int, None] = None
     device: _Scalar = None
@@ -162,12 +162,12 @@ class _GpuArgs(msgspec.Struct):
     graph_id: _Scalar = msgspec.field(default=None, name="graph id")
 
 
-class _LaunchArgs(msgspec.Struct):
+class _LaunchArgs(msgspec.Struct, gc=False):
     external_id: Union[int, None] = msgspec.field(default=None, name="External id")
     correlation: Union[int, None] = None
 
 
-class OpArgs(msgspec.Struct):
+class OpArgs(msgspec.Struct, gc=False):
     """What attribution reads from a CPU op's args: its id and its shape args as raw JSON."""
 
     external_id: Union[int, None] = msgspec.field(default=None, name="External id")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +34,26 @@ class IngestResult:
     quarantined: list[dict]
 
 
+@contextmanager
+def gc_paused():
+    """Cyclic GC off while a trace is read: its objects form no cycles, and the collector's passes
+    over hundreds of thousands of young event objects cost a quarter of the reading time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def read_events(path: str | Path) -> pl.DataFrame:
     """kernel_events rows (before classification) of one trace file in any supported format."""
+    with gc_paused():
+        return _read_events(path)
+
+
+def _read_events(path: str | Path) -> pl.DataFrame:
     name = str(path)
     if name.endswith(".sqlite"):
         from ingest.nsys import read_nsys
@@ -73,8 +93,9 @@ def ingest_trace(
     `capture_traces/execution_details.json` beside the trace names.
     """
     events = read_events(path)
-    capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
-    events = classify_events(events, capture_events, taxonomy)
+    with gc_paused():
+        capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
+        events = classify_events(events, capture_events, taxonomy)
     return TraceResult(events=events, summary=summarize(events, display_path or str(path)))
 
 

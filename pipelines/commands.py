@@ -87,8 +87,12 @@ def _evaluate(graph: _Graph, summary: dict, release_name: str, version: int) -> 
         if selection and not graph.run(selection, key).success:
             summary["error"] = f"evaluating or scoring submission {key} failed; see its run in the Dagster UI"
         if scored.is_file():
-            summary["scores"][key] = {"path": str(scored), "results": str(store.results_file(key)),
-                                      "S_agg": {s["hardware"]: s["S_agg"] for s in json.loads(scored.read_text())}}
+            by_hardware = json.loads(scored.read_text())
+            summary["scores"][key] = {
+                "path": str(scored), "results": str(store.results_file(key)),
+                "S_agg": {s["hardware"]: s["S_agg"] for s in by_hardware},
+                "correct_weight": {s["hardware"]: s["rates"]["correct"]["weighted"] for s in by_hardware},
+                "performance_measured": any(s["performance_measured"] for s in by_hardware)}
 
 
 def materialize_all(store, instance) -> dict:
@@ -146,8 +150,10 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if summary.get("drift_report"):
         print(f"drift:   {summary['drift_report']}")
     for key, sc in summary.get("scores", {}).items():
-        figures = ", ".join(f"S_agg[{hw}] {'n/a' if v is None else f'{v:.4f}'}" for hw, v in sc["S_agg"].items())
-        print(f"scores:  {sc['path']}  ({key}: {figures or 'no results'})")
+        figures = ", ".join(f"S_agg[{hw}] {'n/a' if v is None else f'{v:.4f}'}, correct on {sc['correct_weight'][hw]:.1%} "
+                            f"of the weight" for hw, v in sc["S_agg"].items())
+        timing = "" if sc["performance_measured"] else "; performance not measured (S_i needs GPU timing)"
+        print(f"scores:  {sc['path']}  ({key}: {figures or 'no results'}{timing})")
     if summary.get("error"):
         print(f"hotshape run-pipeline: {summary['error']}", file=sys.stderr)
     print(f"history: DAGSTER_HOME={home} dagster dev   (opens the UI on this run history)")

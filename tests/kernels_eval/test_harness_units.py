@@ -111,3 +111,19 @@ def test_worker_module_imports_no_dataframe_or_orchestration_package():
             "print(sorted(m for m in ('polars', 'duckdb', 'dagster', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_worker_accepts_only_plain_tensors_under_the_operator_output_names():
+    from kernels_eval.harness.worker import _as_named
+
+    class Lazy(torch.Tensor):
+        pass
+
+    t = torch.zeros(3)
+    assert list(_as_named((t, t), ("q", "k"), torch)) == ["q", "k"]
+    with pytest.raises(TypeError, match="not a plain torch.Tensor"):
+        _as_named(t.as_subclass(Lazy), ("out",), torch)
+    with pytest.raises(TypeError, match="lacks outputs"):
+        _as_named({"q": t}, ("q", "k"), torch)
+    with pytest.raises(TypeError, match="returned 1 values"):
+        _as_named([t], ("q", "k"), torch)
