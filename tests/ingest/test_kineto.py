@@ -145,3 +145,21 @@ def test_examples_have_graph_replays_and_capture_sidecars():
     graph = read_events(EXAMPLES / "traces/llama3-8b/graph.json.gz")
     assert graph.filter(pl.col("graph_launch")).height > 100
     assert (EXAMPLES / "traces/llama3-8b/capture_traces/graph.capture.json.gz").exists()
+
+
+def test_graph_kernel_order_survives_a_small_correlation_id(public_traces, tmp_path):
+    """Regression: graph numbering once shared a dict between activity indices and correlation ids,
+    so a graph launch whose correlation equalled one of its kernels' row numbers lost that number."""
+    from tests.fixtures.cut_trace import load, renumber_correlation, save
+
+    src = public_traces / "tracelens/inference/vllm_decode_full/graph_execution.json.gz"
+    doc = load(src)
+    (graph_corr,) = {
+        e["args"]["correlation"] for e in doc["traceEvents"] if e.get("name") == "hipGraphLaunch"
+    }
+    before = read_events(src)
+    first_graph_row = before.with_row_index().filter(pl.col("graph_launch"))["index"][0]
+    path = save(renumber_correlation(doc, graph_corr, int(first_graph_row)), tmp_path / "renumbered.json.gz")
+    graph = read_events(path).filter(pl.col("graph_launch")).sort("ts_ns")
+    assert graph["correlation"].unique().to_list() == [first_graph_row]
+    assert graph["graph_kernel_index"].to_list() == list(range(graph.height))
