@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,11 +31,22 @@ def discover(paths: list[str]) -> list[Path]:
     return found
 
 
-def _progress(items):
-    if len(items) > 1 and sys.stderr.isatty():
+# A worker process pays ~0.5 s of imports; below this much input one process finishes first.
+PARALLEL_MIN_BYTES = 20_000_000
+
+
+def default_jobs(paths: list[Path]) -> int:
+    """Worker processes for ingesting `paths`: every core (up to 2) once the input is large."""
+    size = sum(p.stat().st_size for p in paths if p.exists())
+    return min(2, os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1
+
+
+def _progress(items, total=None):
+    total = len(items) if total is None else total
+    if total > 1 and sys.stderr.isatty():
         from tqdm import tqdm
 
-        return tqdm(items, unit="trace", file=sys.stderr)
+        return tqdm(items, total=total, unit="trace", file=sys.stderr)
     return items
 
 
@@ -48,7 +60,10 @@ def run_ingest(args: argparse.Namespace) -> int:
         return 2
     root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
     captures = [Path(c) for c in args.capture] if args.capture else None
-    summary = write_ingest(paths, Path(args.out), root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy)
+    jobs = args.jobs if args.jobs is not None else default_jobs(paths)
+    summary = write_ingest(
+        paths, Path(args.out), root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=jobs
+    )
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -77,5 +92,6 @@ def register(subparsers) -> None:
     p.add_argument("--report", action="store_true", help="print top operators, shapes and phases")
     p.add_argument("--capture", nargs="+", help="graph-capture traces explaining CUDA/HIP-graph replays")
     p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
+    p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: see default_jobs)")
     p.set_defaults(func=run_ingest)
 

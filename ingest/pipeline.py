@@ -141,4 +141,10 @@ def _display_path(path: Path, root: str | Path | None) -> str:
 
 def traces_frame(results: list[TraceResult]) -> pl.DataFrame:
     """One row per ingested trace with its totals (the `traces` table)."""
-    return pl.from_arrow(pa.Table.from_pylist([r.summary for r in results], schema=TRACES))
+    return traces_frame_from([r.summary for r in results])
+
+
+def traces_frame_from(summaries: list[dict]) -> pl.DataFrame:
+    """The `traces` table from per-trace summaries (extra summary keys are left out)."""
+    rows = [{name: s[name] for name in TRACES.names} for s in summaries]
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=TRACES))

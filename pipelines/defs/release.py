@@ -27,12 +27,12 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
     else:
         summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy)
     rel = read_release(out)
-    latest = rel.info["weights"][-1]
+    coverage = rel.info["weights"][-1].get("coverage")
     return dg.MaterializeResult(metadata={
         "problems": rel.manifest.height,
         "operators": rel.manifest["operator"].n_unique(),
         "weights_version": rel.versions[-1],
-        "coverage_of_fleet": latest.get("coverage") or 0.0,
+        **({"coverage_of_fleet": coverage} if coverage is not None else {}),
         "leak_check": dg.MetadataValue.json(summary["leak_check"]),
         "top_operators": markdown_table(operator_table(rel.manifest, rel.weights())),
         "operator_weights": png_markdown(rel.read_bytes(PLOT_OPERATORS), "weight per operator"),

@@ -7,7 +7,7 @@ import dagster as dg
 import polars as pl
 
 from ingest.output import write_parquet_atomic
-from ingest.pipeline import TraceResult, traces_frame
+from ingest.pipeline import traces_frame_from
 from pipelines.defs.ingest import op_shape_time
 from pipelines.defs.metadata import markdown_table, top_operators
 from pipelines.resources import HotshapeStore
@@ -29,7 +29,7 @@ def ingested_traces(store: HotshapeStore, fleet) -> tuple[pl.DataFrame, pl.DataF
             summaries.append(summary)
     if not summaries:
         raise dg.Failure(f"none of the {len(missing)} traces {store.fleet} claims has been ingested yet")
-    traces = traces_frame([TraceResult(events=pl.DataFrame(), summary=s) for s in summaries])
+    traces = traces_frame_from(summaries)
     ost = pl.concat([pl.read_parquet(store.op_shape_time_file(s["trace_id"])) for s in summaries], how="vertical_relaxed")
     return traces, ost, missing
 

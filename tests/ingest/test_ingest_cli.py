@@ -92,3 +92,25 @@ def test_report_prints_operators_and_phases(ingested):
     )
     assert proc.returncode == 0, proc.stderr
     assert "gemm" in proc.stdout and "phase" in proc.stdout
+
+
+def test_parallel_ingest_writes_what_one_process_writes(tmp_path):
+    """`--jobs 2` spreads traces over two processes; the tables are the same as with one."""
+    written = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "ingest", str(EXAMPLES / "traces/llama3-8b"),
+             str(EXAMPLES / "traces/deepseek-v2-lite"), "--out", str(out), "--jobs", str(jobs), "--json"],
+            capture_output=True, text=True, cwd=REPO,
+        )
+        assert proc.returncode == 0, proc.stderr
+        written[jobs] = (
+            json.loads(proc.stdout),
+            pl.read_parquet(out / "op_shape_time.parquet").sort(pl.all()),
+            {p.name: pl.read_parquet(p) for p in (out / "kernel_events").glob("*.parquet")},
+        )
+    (s1, ost1, ev1), (s2, ost2, ev2) = written[1], written[2]
+    assert s1 == s2 and len(s1["traces"]) == 3
+    assert ost1.equals(ost2)
+    assert ev1.keys() == ev2.keys() and all(ev1[k].equals(ev2[k]) for k in ev1)

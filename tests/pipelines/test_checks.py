@@ -76,6 +76,26 @@ def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materializ
     assert _meta(evaluation)["sum_weight"] == pytest.approx(1.001)
 
 
+def test_weights_that_do_not_sum_to_one_stop_the_refresh_before_the_release(materialized_copy, monkeypatch):
+    from pipelines.commands import REFRESH
+    from pipelines.defs import weighting as weighting_defs
+    from release.bundle import read_release
+
+    real_select = weighting_defs.select_hot
+
+    def off_by_a_bit(*args, **kwargs):
+        selected, coverage = real_select(*args, **kwargs)
+        return selected.with_columns(pl.col("weight") * 0.99), coverage
+
+    monkeypatch.setattr(weighting_defs, "select_hot", off_by_a_bit)
+    with dg.instance_for_test() as inst:
+        result = dg.materialize(ASSETS + CHECKS, selection=REFRESH, instance=inst, run_config=QUIET,
+                                resources={"store": materialized_copy}, raise_on_error=False)
+    assert not result.success
+    assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] == ["fleet_weights"]
+    assert read_release(materialized_copy.release_dir).versions == [1]  # no weights v2 from bad weights
+
+
 def test_release_weights_sum_to_one_fails_on_an_edited_weights_file(materialized_copy, run_check):
     evaluation, _ = run_check(materialized_copy, release_weights_sum_to_one)
     assert evaluation.passed

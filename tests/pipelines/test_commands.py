@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import dagster as dg
@@ -38,7 +39,9 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, caps
     assert summary["release"] == "out/releases/hotshape" and summary["weights_version"] == 1
     assert (project / summary["release"] / "release.json").is_file()
     scores = summary["scores"]["honest"]
-    assert json.loads((project / scores["path"]).read_text())[0]["submission"] == "honest"
+    [scored] = json.loads((project / scores["path"]).read_text())
+    assert scored["submission"] == "honest" and scored["hardware"] == "cpu" and not scored["performance_measured"]
+    assert scores["correct_weight"] == {"cpu": scored["rates"]["correct"]["weighted"]}
     assert (project / scores["results"]).is_file()
     assert summary["checks"]["release_bundle:no_sealed_strings_in_public"] is True
 
@@ -58,8 +61,8 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, caps
     out = capsys.readouterr().out
     assert "already ingested  llama3-8b-compiled/eager.json.gz" in out
     assert "release: out/releases/hotshape (weights v1)" in out
-    assert ("scores:  out/scores/honest/hotshape-v1.json  (honest: S_agg[cpu] 0.0000, correct on 0.0% of the weight; "
-            "performance not measured (S_i needs GPU timing))") in out
+    assert re.search(r"scores:  out/scores/honest/hotshape-v1\.json  \(honest: S_agg\[cpu\] 0\.0000, correct on "
+                     r"\d+\.\d% of the weight; performance not measured \(S_i needs GPU timing\)\)", out)
 
 
 def test_run_pipeline_fails_clearly_without_traces(project, capsys):
