@@ -42,7 +42,8 @@ ROTATION_BYTES = 1 << 30  # input bytes held across the rotating sets
 MAX_SETS = 8
 
 # gemm is not in the Atrex catalogue: square prefill sizes, decode-like skinny M and fp8 variants.
-GEMM_SHAPES = {str(i): {"init_kwargs": {"scaling": s}, "input_kwargs": {"m": m, "n": n, "k": k, "dtype": d, "scaling": s}}
+GEMM_SHAPES = {str(i): {"init_kwargs": {"scaling": s},
+                        "input_kwargs": {"m": m, "n": n, "k": k, "dtype": d, "scaling": s}}
                for i, (m, n, k, d, s) in enumerate((
                    (8192, 8192, 8192, "bf16", "none"), (4096, 4096, 4096, "bf16", "none"),
                    (2048, 7168, 2048, "bf16", "none"), (16384, 4096, 14336, "bf16", "none"),
@@ -76,19 +77,20 @@ def tensor_bytes(inputs: dict) -> int:
     return sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
 
 
-def make_sets(ref, input_kwargs: dict, seed: int) -> list[dict]:
+def make_sets(ref, input_kwargs: dict, seed: int, device: str) -> list[dict]:
     """Rotating input sets: as many as fit in ROTATION_BYTES (at least 1, at most MAX_SETS)."""
-    first = ref.make_inputs(**input_kwargs, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+    first = ref.make_inputs(**input_kwargs, device=device, generator=torch.Generator(device=device).manual_seed(seed))
     n = int(max(1, min(MAX_SETS, ROTATION_BYTES // max(tensor_bytes(first), 1))))
     sets = [first]
     for j in range(1, n):
-        g = torch.Generator(device="cuda").manual_seed(seed + j)
-        sets.append(ref.make_inputs(**input_kwargs, device="cuda", generator=g))
+        g = torch.Generator(device=device).manual_seed(seed + j)
+        sets.append(ref.make_inputs(**input_kwargs, device=device, generator=g))
     return sets
 
 
-def bench(model, sets: list[dict]) -> float:
-    """Median seconds per call over rotating sets (do_bench flushes L2 before each call)."""
+def bench(model, sets: list[dict], device: str) -> float:
+    """Median seconds per call over rotating sets (do_bench flushes L2 before each call). On --device cpu
+    (a plumbing check under TRITON_INTERPRET=1) one wall-clock call, which means nothing."""
     counter = [0]
 
     def call():
@@ -97,11 +99,16 @@ def bench(model, sets: list[dict]) -> float:
         model(**inputs)
 
     with torch.no_grad():
+        if device == "cpu":
+            t0 = time.perf_counter()
+            call()
+            return time.perf_counter() - t0
         ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
     return ms / 1e3
 
 
-def run_shape(op: str, sid: str, shape: dict, candidate, hardware: str, seed: int, check: bool) -> dict:
+def run_shape(op: str, sid: str, shape: dict, candidate, hardware: str, seed: int, check: bool,
+              device: str = "cuda") -> dict:
     init, input_kwargs = shape.get("init_kwargs") or {}, shape.get("input_kwargs") or {}
     spec = registry.spec(op)
     row = {"operator": op, "shape_id": sid, "status": "ok", "error": "",
@@ -109,24 +116,25 @@ def run_shape(op: str, sid: str, shape: dict, candidate, hardware: str, seed: in
     roof = problem_roofline(op, init, input_kwargs, hardware)
     row.update({k: roof[k] for k in ("bytes", "flops", "path", "t_roofline_s", "t_roofline_measured_s")})
     ref_mod = registry.load_reference(op)
-    reference, model = ref_mod.Model(**init).cuda(), candidate.Model(**init)
+    reference, model = ref_mod.Model(**init).to(device), candidate.Model(**init)
     if isinstance(model, torch.nn.Module):
-        model = model.cuda()
-    sets = make_sets(ref_mod, input_kwargs, seed)
+        model = model.to(device)
+    sets = make_sets(ref_mod, input_kwargs, seed, device)
     row["sets"] = len(sets)
     if check:
         with torch.no_grad():
             # the reference never mutates its inputs; the candidate may (in-place contracts), so it runs second
             expected = named_outputs(reference(**sets[0]), spec.outputs)
-            got = named_outputs(candidate_call(model, sets[0]), spec.outputs)
+            got = named_outputs(model(**sets[0]), spec.outputs)
         failures, max_err = compare_outputs(got, expected, spec.tolerance, spec.order_free_outputs)
         row.update(correct=not failures, max_err=max_err)
         if failures:
             row["error"] = "; ".join(failures)[:500]
         del expected, got
-    t_tri = bench(model, sets)
-    torch.cuda.empty_cache()
-    t_ref = bench(reference, sets)
+    t_tri = bench(model, sets, device)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    t_ref = bench(reference, sets, device)
     row.update(t_triton_s=t_tri, t_torch_s=t_ref, speedup=t_ref / t_tri)
     row["roofline_fraction"] = min(1.0, roof["t_roofline_s"] / t_tri)
     if roof["t_roofline_measured_s"]:
@@ -134,10 +142,6 @@ def run_shape(op: str, sid: str, shape: dict, candidate, hardware: str, seed: in
     row["achieved_gbps"] = roof["bytes"] / t_tri / 1e9
     row["achieved_tflops"] = roof["flops"] / t_tri / 1e12
     return row
-
-
-def candidate_call(model, inputs: dict):
-    return model(**inputs)
 
 
 def main(argv=None) -> int:
@@ -150,9 +154,11 @@ def main(argv=None) -> int:
     ap.add_argument("--hardware", default="H200")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check (timing only)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: check the script's plumbing under TRITON_INTERPRET=1 on small --shapes (no timing)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA GPU (or --device cpu with TRITON_INTERPRET=1 for a plumbing check)", file=sys.stderr)
         return 2
     known = set(registry.operator_names())
     ops = ([o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else
@@ -167,17 +173,19 @@ def main(argv=None) -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                row = run_shape(op, sid, shape, candidate, args.hardware, args.seed, not args.no_check)
+                row = run_shape(op, sid, shape, candidate, args.hardware, args.seed, not args.no_check, args.device)
             except Exception as exc:  # noqa: BLE001 - a failing shape is recorded, the run goes on
                 row = {"operator": op, "shape_id": sid, "status": "error",
                        "error": f"{type(exc).__name__}: {exc}"[:500],
                        "input_kwargs": json.dumps(shape.get("input_kwargs"), sort_keys=True)}
                 traceback.print_exc(limit=3)
-            torch.cuda.empty_cache()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
             rows.append(row)
             print(f"{op:<28} {sid:>3} {row['status']:<5} correct={row.get('correct', '-')!s:<5} "
                   f"triton={_us(row.get('t_triton_s'))} torch={_us(row.get('t_torch_s'))} "
-                  f"roofline={_pct(row.get('roofline_fraction'))} measured={_pct(row.get('measured_roofline_fraction'))} "
+                  f"roofline={_pct(row.get('roofline_fraction'))} "
+                  f"measured={_pct(row.get('measured_roofline_fraction'))} "
                   f"{row.get('achieved_gbps') or 0:7.0f} GB/s  ({time.perf_counter() - t0:.1f}s) {row['error'][:80]}",
                   flush=True)
             with args.out.open("w", newline="") as f:  # rewritten after every shape: a crash keeps the rows so far
@@ -199,7 +207,7 @@ def print_summary(rows: list[dict]) -> None:
         ok = [r for r in rs if r["status"] == "ok"]
         roof = [r["roofline_fraction"] for r in ok]
         meas = [r["measured_roofline_fraction"] for r in ok if r.get("measured_roofline_fraction") is not None]
-        largest = max(ok, key=lambda r: r["bytes"] + r["flops"], default=None)
+        largest = max(ok, key=lambda r: r["bytes"], default=None)
         print(f"{op:<28} {len(rs):>6} {len(ok):>4} {sum(bool(r.get('correct')) for r in ok):>7} "
               f"{_pct(statistics.median(roof) if roof else None):>11} {_pct(min(roof) if roof else None):>8} "
               f"{_pct(statistics.median(meas) if meas else None):>11} "

@@ -1,4 +1,4 @@
-"""`hotshape capture` (and later `eval`, `score`): the command-line face of kernels_eval."""
+"""`hotshape capture`, `eval` and `score`: the command-line face of kernels_eval."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ def run_capture(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the kernels_eval commands to the hotshape command."""
+    from kernels_eval import eval_commands
     from kernels_eval.capture import add_capture_arguments
 
     c = subparsers.add_parser("capture", help="profile a model on a GPU into a Kineto trace")
     add_capture_arguments(c)
     c.set_defaults(func=run_capture)
+    eval_commands.register(subparsers)

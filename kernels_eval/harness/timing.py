@@ -5,6 +5,7 @@ PyTorch reference (in the parent), so both are timed the same way."""
 from __future__ import annotations
 
 import statistics
+import time
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any L2 in hardware.yaml (H200: 60 MB, B200: 126 MB)
 
@@ -24,7 +25,7 @@ def quantiles(times: list[float]) -> dict:
 
 
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
-               max_calls: int = 200, budget_s: float = 0.5, flush=None) -> list[float]:
+               max_calls: int = 200, budget_s: float = 0.5, flush=None, warmup_s: float = 0.05) -> list[float]:
     """Seconds per call of `call(**inputs)`, cycling through `input_sets`; `refresh()` (optional) returns a new
     list of sets with fresh contents at the start of every cycle after the first (it may reuse the list)."""
     import torch
@@ -35,6 +36,14 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
     for i in range(warmup):
         call(**sets[i % len(sets)])
     torch.cuda.synchronize()
+    # Keep the GPU busy for `warmup_s` before timing: an idle GPU sits at a low clock and a short
+    # burst of small kernels is timed before it ramps up (seen on H200: 4x spread on 10 µs kernels).
+    began = time.perf_counter()
+    while time.perf_counter() - began < warmup_s:
+        for i in range(8):
+            flush.zero_()
+            call(**sets[i % len(sets)])
+        torch.cuda.synchronize()
     # estimate: a few calls timed together give the count that fits the budget
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.metadata import markdown_table, png_markdown
+from pipelines.defs.metadata import markdown_table, png_markdown, svg_markdown
 from pipelines.defs.weighting import fleet_weights, ingested_traces, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
 from release.build import build_release, fleet_secrets, refresh_release
@@ -14,7 +14,7 @@ from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
 from release.schema import PHASES
 from release.sealing import leak_check, public_vocabulary, sealed_strings
 from weighting.drift import compare
-from weighting.drift_report import write_html
+from weighting.drift_report import bars_before_after, write_html
 from weighting.fleet import load_fleet
 
 
@@ -57,6 +57,8 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
         "weights_version": v, "compared_with": f"v{v - 1}", **figures,
         "newly_hot": len(report.newly_hot), "newly_cold": len(report.newly_cold),
         "operator_movers": markdown_table(report.operators),
+        "operator_weights_before_after": svg_markdown(bars_before_after(
+            report.operators.head(15).select("operator", "weight_old", "weight_new").rows()), f"W_op v{v - 1} → v{v}"),
         "report": dg.MetadataValue.path(str(html)),
     })
 

@@ -33,6 +33,8 @@ def new_trace_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
 @dg.sensor(job=evaluate_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_submission_sensor(context: dg.SensorEvaluationContext, store: HotshapeStore):
     """Add a partition for every new submission directory and request its evaluation and score."""
+    if not (store.release_dir / "release.json").is_file():
+        return dg.SkipReason("no release yet: submissions are evaluated once refresh_weights has built one")
     # The run tag lets dagster.yaml allow one evaluation run per device at a time.
     return _new_partitions(context, submissions, store.submission_keys(), "submissions",
                            tags={"hotshape/device": store.device})

@@ -54,7 +54,8 @@ def dense_store(tmp_path: Path, rels: list[str], **fields) -> HotshapeStore:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(DENSE_FLEET)
     root = copy_traces(tmp_path / "traces", rels)
-    return HotshapeStore(**{"trace_root": str(root), "fleet": str(fleet), "out": str(tmp_path / "out"), **fields})
+    return HotshapeStore(**{"trace_root": str(root), "fleet": str(fleet), "out": str(tmp_path / "out"),
+                            "submissions": str(tmp_path / "no-submissions"), **fields})
 
 
 # ---- PostgreSQL: Debian's server binaries, started in a temporary directory on a free port ----------

@@ -83,12 +83,13 @@ def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(in
     # The new graph-replay profile moves chat-dense-8b's shares: the weights really moved.
     assert meta["total_variation"] > 0 and meta["total_variation"] == rel.drift(2)["total_variation"]
     assert (store.drift_dir / "hotshape-v2.html").is_file()
+    assert meta["operator_weights_before_after"].startswith("![W_op v1 → v2](data:image/svg+xml;base64,")
 
 
 def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_evaluating(tmp_path):
     from pipelines.commands import materialize_all
     from pipelines.defs.schedules import rescore_schedule
-    from pipelines.defs.sensors import new_weights_sensor
+    from pipelines.defs.sensors import new_submission_sensor, new_weights_sensor
     from tests.conftest import REPO
 
     subs = tmp_path / "submissions"
@@ -96,7 +97,13 @@ def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_ev
     store = dense_store(tmp_path, FIRST, submissions=str(subs))
     defs = definitions_for(store)
     with dg.instance_for_test() as inst:
+        submission_tick = new_submission_sensor(dg.build_sensor_context(instance=inst, resources={"store": store}))
+        assert "no release yet" in submission_tick.skip_message  # nothing to evaluate against
         first = materialize_all(store, inst)
+        shutil.copytree(subs / "honest", subs / "second")
+        submission_tick = new_submission_sensor(dg.build_sensor_context(instance=inst, resources={"store": store}))
+        [request] = submission_tick.run_requests  # "honest" was added and evaluated by materialize_all
+        assert (request.partition_key, request.tags) == ("second", {"hotshape/device": "cpu"})
         assert set(first["scores"]) == {"honest"} and first["scores"]["honest"]["S_agg"] == {"cpu": 0.0}
         evaluations = len(inst.fetch_materializations(dg.AssetKey("evaluation_results"), limit=100).records)
 

@@ -15,7 +15,7 @@ MIN_PROGRAMS = 264  # two waves of 132 SMs
 
 
 def row_config(n_rows: int, n_cols: int) -> dict:
-    """BLOCK_M, BLOCK_N, ONE_PASS and num_warps of a row-wise kernel over [n_rows, n_cols]."""
+    """The heuristic BLOCK_M, BLOCK_N, ONE_PASS and num_warps of a row-wise kernel over [n_rows, n_cols]."""
     block_n = min(triton.next_power_of_2(n_cols), MAX_FUSED_COLS)
     block_m = max(1, min(64, TARGET_ELEMENTS // block_n))
     while block_m > 1 and triton.cdiv(n_rows, block_m) < MIN_PROGRAMS:
@@ -24,9 +24,34 @@ def row_config(n_rows: int, n_cols: int) -> dict:
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "ONE_PASS": block_n >= n_cols, "num_warps": warps}
 
 
+ROW_CONFIGS = [triton.Config({"BLOCK_M": m}, num_warps=w)
+               for m in (1, 2, 4, 8, 16, 32, 64) for w in (1, 2, 4, 8, 16)]
+
+
+def prune_row_configs(configs, named_args, **kwargs):
+    """The heuristic tile first (the interpreter runs only the first), then its neighbours with half or double
+    the rows or warps: 1-64 rows, 1-16 warps, at most 32K elements and at least 2 per thread."""
+    block_n = kwargs["BLOCK_N"]
+    base = row_config(named_args["n_rows"], block_n)
+    m, w = base["BLOCK_M"], base["num_warps"]
+    wanted = []
+    for bm, bw in ((m, w), (m, 2 * w), (m, w // 2), (2 * m, w), (2 * m, 2 * w), (m // 2, w)):
+        if 1 <= bm <= 64 and 1 <= bw <= 16 and 64 * bw <= bm * block_n <= 32768 and (bm, bw) not in wanted:
+            wanted.append((bm, bw))
+    by_key = {(c.kwargs["BLOCK_M"], c.num_warps): c for c in configs}
+    return [by_key[k] for k in wanted]
+
+
+def row_autotune(fn):
+    """Autotune BLOCK_M and num_warps of a row-wise kernel per (n_cols, log2 n_rows, dtypes)."""
+    return triton.autotune(configs=ROW_CONFIGS, key=["n_cols", "rows_log2"],
+                           prune_configs_by={"early_config_prune": prune_row_configs})(fn)
+
+
+@row_autotune
 @triton.jit
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, x_stride, out_stride, eps,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr):
+                      rows_log2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)
@@ -87,8 +112,7 @@ class Model(nn.Module):
         n_rows = x2.shape[0]
         if n_rows:
             cfg = row_config(n_rows, n_cols)
-            layer_norm_kernel[(triton.cdiv(n_rows, cfg["BLOCK_M"]),)](
+            layer_norm_kernel[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]),)](
                 x2, weight.contiguous(), bias.contiguous(), o2, n_rows, n_cols, x2.stride(0), o2.stride(0),
-                self.eps, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], ONE_PASS=cfg["ONE_PASS"],
-                num_warps=cfg["num_warps"])
+                self.eps, rows_log2=max(n_rows, 1).bit_length(), BLOCK_N=cfg["BLOCK_N"], ONE_PASS=cfg["ONE_PASS"])
         return out

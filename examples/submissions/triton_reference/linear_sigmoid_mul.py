@@ -15,14 +15,24 @@ def _configs():
     out = []
     for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
                                       (64, 256, 64, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-                                      (64, 64, 128, 4, 4), (32, 64, 128, 4, 5), (16, 128, 128, 4, 4),
-                                      (16, 64, 256, 4, 3), (128, 256, 128, 8, 3), (64, 128, 128, 4, 4)):
+                                      (64, 64, 128, 4, 4), (32, 64, 128, 4, 5), (128, 256, 128, 8, 3),
+                                      (64, 128, 128, 4, 4),
+                                      # skinny M (decode): narrow N tiles so enough programs stream the weight
+                                      (16, 128, 128, 4, 4), (16, 64, 256, 4, 3), (16, 32, 256, 4, 4),
+                                      (16, 32, 512, 4, 3), (32, 32, 256, 4, 4)):
         out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
                                  num_warps=warps, num_stages=stages))
     return out
 
 
-@triton.autotune(configs=_configs(), key=["M", "N", "K"])
+def prune_configs(configs, named_args, **kwargs):
+    """Drop tiles far taller than M (they only add masked rows); the tallest remaining tiles come first."""
+    cap = max(16, triton.next_power_of_2(named_args["M"]))
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap]
+    return sorted(kept, key=lambda c: -c.kwargs["BLOCK_M"])
+
+
+@triton.autotune(configs=_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": prune_configs})
 @triton.jit
 def linear_sigmoid_mul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, mul_ptr, M, N, K, stride_am, stride_ak, stride_bn,
                               stride_bk, stride_cm, stride_cn, stride_mm, BLOCK_M: tl.constexpr,

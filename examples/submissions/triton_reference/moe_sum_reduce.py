@@ -42,7 +42,9 @@ class Model(nn.Module):
         n_tokens, top_k, hidden = x.shape
         out = torch.empty((n_tokens, hidden), dtype=x.dtype, device=x.device)
         if n_tokens and hidden:
-            grid = lambda meta: (triton.cdiv(n_tokens, meta["BLOCK_M"]), triton.cdiv(hidden, meta["BLOCK_N"]))  # noqa: E731
+            def grid(meta):
+                return triton.cdiv(n_tokens, meta["BLOCK_M"]), triton.cdiv(hidden, meta["BLOCK_N"])
+
             moe_sum_reduce_kernel[grid](x, out, n_tokens, hidden, x.stride(0), x.stride(1), out.stride(0),
                                         self.routed_scaling_factor, TOP_K=top_k)
         return out
