@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,15 +77,35 @@ def _normalise(values: np.ndarray) -> np.ndarray:
     return values / total if total > 0 else np.zeros_like(values)
 
 
+def _registry_shape_ok(operator: str, shape: str) -> bool:
+    """Whether a mined shape has every kwarg the operator's work model and inputs need."""
+    from kernels_eval.registry import split_kwargs, work  # torch-free by contract
+
+    try:
+        init_kwargs, input_kwargs = split_kwargs(operator, json.loads(shape))
+        work(operator, init_kwargs, input_kwargs)
+    except (KeyError, ValueError, TypeError):
+        return False
+    return True
+
+
 def select_hot(
     fleet_weights: pl.DataFrame,
     policy: Policy | None = None,
     *,
     is_benchmarkable: Callable[[str], bool] | None = None,
+    shape_ok: Callable[[str, str], bool] | None = None,
 ) -> tuple[pl.DataFrame, dict]:
-    """The selected problems (HOT_PROBLEMS, weights summing to 1) and a coverage report."""
+    """The selected problems (HOT_PROBLEMS, weights summing to 1) and a coverage report.
+
+    A shape whose kwargs do not make a complete problem for its operator (a trace that did not
+    record every dimension) cannot be benchmarked: it is left out of the selection and its time
+    is reported per operator as `incomplete_shape_share`.
+    """
     policy = policy or load_policy()
     benchmarkable = is_benchmarkable or _registry_benchmarkable
+    if shape_ok is None and is_benchmarkable is None and policy.benchmarkable_only:
+        shape_ok = _registry_shape_ok
     problems = problem_times(fleet_weights).filter(pl.col("fleet_card_hours") > 0)
     starts = group_starts(problems, ["operator"])
     ops = problems[starts.tolist()].select("operator").with_columns(
@@ -107,6 +128,11 @@ def select_hot(
             shapes = problems.filter(pl.col("operator") == op["operator"]).sort(
                 "fleet_card_hours", "shape", descending=[True, False]
             )
+            if shape_ok is not None:
+                complete = pl.Series([shape_ok(op["operator"], s) for s in shapes["shape"].to_list()], dtype=pl.Boolean)
+                incomplete_ch = math.fsum(shapes.filter(~complete)["fleet_card_hours"].to_list())
+                entry["incomplete_shape_share"] = incomplete_ch / op["op_card_hours"] if op["op_card_hours"] else 0.0
+                shapes = shapes.filter(complete)
             times = shapes["fleet_card_hours"].to_numpy()
             before = np.concatenate([[0.0], np.cumsum(times)[:-1]])
             # Keep a shape while what is kept so far is short of the target: the last kept shape crosses it.
@@ -114,6 +140,10 @@ def select_hot(
             chosen = shapes.filter(pl.Series(take)).with_columns(
                 pl.int_range(1, int(take.sum()) + 1, dtype=pl.Int64).alias("operator_rank")
             )
+            if chosen.height == 0:
+                entry.update(status="no_complete_shape")
+                operators.append(entry)
+                continue
             kept.append(chosen)
             entry.update(
                 shapes_selected=chosen.height,

@@ -8,6 +8,10 @@ import statistics
 import time
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any L2 in hardware.yaml (H200: 60 MB, B200: 126 MB)
+# GPU cycles of spin queued ahead of each timed call (~100 µs at 2 GHz): longer than the host takes
+# to launch a call, so the start event never waits for the host and small kernels are timed on the
+# GPU, not on Python's launch path (seen on H200 before: 5-110 µs for one 10 µs kernel).
+LAUNCH_SHIELD_CYCLES = 200_000
 
 
 def quantiles(times: list[float]) -> dict:
@@ -60,6 +64,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
         if i and i % len(sets) == 0 and refresh is not None:
             sets = refresh()
         inputs = sets[i % len(sets)]
+        torch.cuda._sleep(LAUNCH_SHIELD_CYCLES)
         flush.zero_()
         starts[i].record()
         call(**inputs)

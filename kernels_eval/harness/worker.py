@@ -165,7 +165,9 @@ class Worker:
             import kernels_eval.harness.timing  # noqa: F401  (guarded)
 
             if os.environ.get("TRITON_INTERPRET") == "1":
-                _patch_interpreter()
+                from kernels_eval.harness.interpreter import patch_interpreter
+
+                patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
             self.log = LaunchLog(msg["file"])
@@ -340,30 +342,6 @@ def _as_named(out, names: tuple[str, ...], torch) -> dict:
         if type(t) is not torch.Tensor:
             raise TypeError(f"output {n!r} is a {type(t).__module__}.{type(t).__name__}, not a plain torch.Tensor")
     return named
-
-
-def _patch_interpreter() -> None:
-    """Shims for Triton's CPU interpreter (research/kernels.md §6): the autotuner cannot benchmark configs
-    without a GPU driver, so it takes the first; fp32→bf16 casts truncate instead of rounding to nearest
-    even as GPUs do, a bias that would fail honest kernels, so they round here."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-    from triton.runtime.autotuner import Autotuner
-
-    Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: (fn(), [0.0] * 3)[1])
-    truncating = interpreter.InterpreterBuilder.cast_impl
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            a = np.ascontiguousarray(src.data, dtype=np.float32)
-            bits = a.view(np.uint32).astype(np.uint64)
-            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-            rounded = np.where(np.isnan(a), np.uint16(0x7FC0), rounded)
-            return interpreter.TensorHandle(rounded, dst_type.scalar)
-        return truncating(self, src, dst_type)
-
-    interpreter.InterpreterBuilder.cast_impl = cast_impl
 
 
 def main() -> int:

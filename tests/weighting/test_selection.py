@@ -123,7 +123,8 @@ def test_policy_yaml_defaults_and_errors(tmp_path):
 
 def test_registry_decides_benchmarkable_by_default():
     registry = pytest.importorskip("kernels_eval.registry")
-    rows = [("communication", "x", "decode", 30), ("memcpy", "y", "decode", 30), ("rms_norm", "z", "decode", 40)]
+    rms = '{"eps":1e-06,"hidden_size":1024,"token_count":2500}'
+    rows = [("communication", "x", "decode", 30), ("memcpy", "y", "decode", 30), ("rms_norm", rms, "decode", 40)]
     selected, report = select_hot(toy(rows), Policy())
     keep = {o for o in ("communication", "memcpy", "rms_norm") if registry.is_benchmarkable(o)}
     assert set(selected["operator"]) == keep
@@ -136,3 +137,19 @@ def test_selection_is_deterministic(planted_fleet):
     a, ra = select_hot(fw, Policy(), is_benchmarkable=not_memory)
     b, rb = select_hot(fw.sample(fraction=1.0, shuffle=True, seed=3), Policy(), is_benchmarkable=not_memory)
     assert a.to_arrow().equals(b.to_arrow()) and ra == rb
+
+
+def test_incomplete_shapes_are_left_out_and_reported():
+    """A mined shape missing kwargs the operator needs cannot become a problem; its time is reported."""
+    complete = '{"eps":1e-06,"hidden_size":1024,"token_count":2500}'
+    incomplete = '{"hidden_size":1024}'  # a trace that recorded no token count
+    rows = [("rms_norm", complete, 3.0), ("rms_norm", incomplete, 1.0)]
+    fw = pl.DataFrame(
+        [dict(operator=o, shape=s, phase="decode", fleet_card_hours=t, fleet_share=t / 4, n_profiles=1, n_deployments=1)
+         for o, s, t in rows]
+    )
+    selected, report = select_hot(fw)
+    assert selected["shape"].to_list() == [complete]
+    (entry,) = [o for o in report["operators"] if o["operator"] == "rms_norm"]
+    assert entry["incomplete_shape_share"] == pytest.approx(0.25)
+    assert entry["coverage"] == pytest.approx(0.75)
