@@ -9,7 +9,16 @@ import polars as pl
 
 from ingest.graphs import attribute_graphs
 from ingest.phases import assign_phases, merged_step
-from ingest.shapes import add_step_context, canonical_json, shape_kwargs
+from ingest.shapes import (
+    add_step_context,
+    canonical_json,
+    fill_block_size,
+    grouped_mm_call,
+    moe_from_grouped_mm,
+    router_topk,
+    shape_kwargs,
+    to_problem,
+)
 from ingest.schema import CLASSIFIED_EVENTS, OP_SHAPE_TIME, validate
 from ingest.taxonomy import Taxonomy, load_taxonomy
 
@@ -28,6 +37,36 @@ def _innermost_args(args: list) -> tuple[int | None, dict | None]:
         if args[depth]:
             return depth, args[depth]
     return None, None
+
+
+def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: list[dict], chains: list, args_of) -> None:
+    """Rewrite, in place, the rows of each HF MoE block's two aten::_grouped_mm calls to the block's one
+    fused_moe problem: the calls are paired in launch order per device, and the router's aten::topk
+    launched before them gives tokens and top_k (one call alone shows only tokens × top_k rows)."""
+    devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
+    order = sorted(range(events.height), key=lambda i: (devices[i] or 0, ts[i]))
+    calls: list[tuple[tuple, list[int], tuple | None]] = []  # (dims, rows, router before it)
+    router, previous = None, None
+    for i in order:
+        chain = chains[i] or []
+        if "aten::topk" in chain:
+            router = router_topk(args_of(i, chain.index("aten::topk")))
+        call = grouped_mm_call(kwargs_list[i]) if operators[i] == "fused_moe" and chain and chain[-1] == "aten::_grouped_mm" else None
+        if call is not None and previous is not None and previous == (call, kwargs_list[i]):
+            calls[-1][1].append(i)  # another kernel of the same call
+        elif call is not None:
+            calls.append((call, [i], router))
+        previous = (call, kwargs_list[i]) if call is not None else None
+    j = 0
+    while j + 1 < len(calls):
+        (up, up_rows, up_router), (down, down_rows, _) = calls[j], calls[j + 1]
+        problem = moe_from_grouped_mm(up, down, up_router)
+        if problem is None:
+            j += 1
+            continue
+        for i in up_rows + down_rows:
+            kwargs_list[i] = problem
+        j += 2
 
 
 def classify_events(
@@ -64,12 +103,19 @@ def classify_events(
             elif depth is None and match.operator not in ("other",):
                 depth, op_args = _innermost_args(args)
             op_name = chain[depth] if depth is not None and depth < len(chain) else None
-            kwargs = shape_kwargs(match.operator, op_name, op_args)
+            kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
             step = merged_step(chain, annotations[i])
             kwargs = add_step_context(match.operator, kwargs, step)
-            hit = memo[key] = (match.operator, kwargs)
+            hit = memo[key] = to_problem(match.operator, kwargs, step)
         operators.append(hit[0])
         kwargs_list.append(hit[1])
+
+    def args_at(i: int, depth: int) -> dict | None:
+        args = parsed.get(chain_args[i]) or []
+        return args[depth] if depth < len(args) else None
+
+    _hf_moe_problems(events, operators, kwargs_list, chains, args_at)
+    kwargs_list = fill_block_size(operators, kwargs_list)
     phase, phase_rule = assign_phases(events, kwargs_list, operators)
     graph = events["graph_launch"].fill_null(False)
     attribution = (

@@ -15,7 +15,7 @@ from ingest.schema import PHASES  # noqa: F401  (the phase vocabulary lives with
 # TraceLens-patched variant puts the step's token count first and per-class sums in the
 # parentheses: execute_<T>_context_<Rc>(sq<Σq>sk<Σk>sqsq..sqsk..)_generation_<Rg>(sq..sk..).
 _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)\((?P<ctx_args>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gen_args>[^)]*)\)")
-_SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)")
+_SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)(?:sqsq(?P<qq>\d+))?")
 # SGLang scheduler: step[EXTEND bs=15 toks=15360], step[DECODE bs=32], step[MIXED bs=..]
 _SGLANG = re.compile(r"^step\[(?P<mode>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<rest>[^\]]*)\]")
 # ATOM-style ranges (and `hotshape capture --annotate`): the phase word, then its fields in
@@ -42,6 +42,7 @@ class Step:
     context_kv: int | None = None  # Σ kv tokens of prefill requests
     generation_q: int | None = None
     generation_kv: int | None = None
+    context_qq: int | None = None  # Σ q² of prefill requests (TraceLens sums): equal lengths ⇔ n·Σq² = (Σq)²
 
 
 def _phase_of_counts(ctx: int, gen: int) -> str:
@@ -54,9 +55,11 @@ def _phase_of_counts(ctx: int, gen: int) -> str:
     return "unknown"
 
 
-def _sums(text: str) -> tuple[int | None, int | None]:
+def _sums(text: str) -> tuple[int | None, int | None, int | None]:
     m = _SUMS.match(text)
-    return (int(m["sq"]), int(m["sk"])) if m else (None, None)
+    if not m:
+        return None, None, None
+    return int(m["sq"]), int(m["sk"]), int(m["qq"]) if m["qq"] else None
 
 
 def _fields_step(phase: str, rule: str, text: str) -> Step:
@@ -77,8 +80,8 @@ def parse_step(name: str | None) -> Step | None:
     m = _VLLM.match(name)
     if m:
         ctx, gen = int(m["ctx"]), int(m["gen"])
-        cq, ck = _sums(m["ctx_args"])
-        gq, gk = _sums(m["gen_args"])
+        cq, ck, cqq = _sums(m["ctx_args"])
+        gq, gk, _ = _sums(m["gen_args"])
         if cq is None and m["ctx_args"]:
             # Upstream form: the parentheses hold the prefill token count (then "_<Σq·k>" on
             # some versions); the generation side holds its token count.
@@ -87,7 +90,7 @@ def parse_step(name: str | None) -> Step | None:
         if gq is None and m["gen_args"].isdigit():
             gq = int(m["gen_args"])
         tokens = int(m["tokens"]) if m["tokens"] else None
-        return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk)
+        return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk, cqq)
     m = _SGLANG.match(name)
     if m:
         return _fields_step(_SGLANG_PHASE.get(m["mode"], "unknown"), "annotation:sglang", m["rest"])
@@ -123,7 +126,8 @@ def merged_step(op_chain, annotation: str | None = None) -> Step | None:
     first = steps[0]
     filled = {
         f: next((getattr(s, f) for s in steps if getattr(s, f) is not None), None)
-        for f in ("context_reqs", "generation_reqs", "tokens", "context_q", "context_kv", "generation_q", "generation_kv")
+        for f in ("context_reqs", "generation_reqs", "tokens", "context_q", "context_kv", "generation_q", "generation_kv",
+                  "context_qq")
     }
     return Step(first.phase, first.rule, **filled)
 
@@ -144,6 +148,8 @@ def phase_from_shape(operator: str, shape: dict) -> str | None:
             return "decode" if max(q_lens) == 1 else "prefill"
         return None
     if operator == "unified_attention":
+        if isinstance(shape.get("seq_lens"), list) and shape["seq_lens"]:
+            return "prefill"  # a complete problem's queries are all its tokens (q_len == kv_len)
         seqs, tokens = shape.get("num_seqs"), shape.get("num_tokens")
         if isinstance(seqs, int) and isinstance(tokens, int) and seqs > 0:
             return "decode" if tokens == seqs else None

@@ -9,14 +9,17 @@ from collections.abc import Callable
 
 # Parameter names follow the catalogue's shapes.json init_kwargs/input_kwargs per operator;
 # `dtype` (and `b_dtype`, `kv_dtype` where an op mixes dtypes) are added, as AGENTS.md says.
-# Keys beyond the catalogue, each because the catalogue's own cannot be recovered from a trace:
-#   attention: `num_tokens` (Σ query tokens; per-sequence `seq_lens` are not recorded), and from
-#     the step annotation `num_seqs` and, for paged decode, the mean `ctx_len`;
-#   attention_forward (SDPA): `seq_lens` are the query lengths; `kv_lens` where the keys are longer
-#     (decode and chunked prefill over a cache), `num_kv_heads` where K/V have fewer heads (GQA);
+# Two steps: `shape_kwargs` reads what one op recorded; `to_problem` (and, for what one op cannot
+# show, `moe_from_grouped_mm` / `fill_block_size` over the whole trace) turns that into a complete
+# problem of the registry operator whose reference computes the same thing.
+# Keys a shape keeps when the trace cannot complete it (so it stays visibly incomplete):
+#   unified_attention: `num_tokens` (Σ query tokens) where per-sequence lengths are not recorded
+#     or queries are shorter than keys (chunked prefill / mixed steps);
+#   attention_forward (SDPA): `kv_lens` (keys longer than queries), `num_kv_heads` (GQA),
+#     `is_causal`, `attn_mask`, `v_head_dim` — what kept it from a registry attention problem;
 #   gemm (not a catalogue operator): m, n, k and `batch` for bmm;
-#   fused_moe from aten::_grouped_mm: m (routed rows = tokens × top_k), n, k of one expert GEMM;
-#   fused_qkv_rope: `is_neox_style`; embedding: `num_embeddings`;
+#   fused_moe from one aten::_grouped_mm: m (routed rows = tokens × top_k), n, k;
+#   fused_qkv_rope: `is_neox_style` false (the registry's reference is neox);
 #   `shape` (+ `dtype`): the first input's dims, for ops without a dedicated extractor.
 
 _DTYPES = {
@@ -51,10 +54,12 @@ def dtype_name(torch_type: str | None) -> str | None:
 
 
 class Args:
-    """An op's recorded inputs: tensors (position, dims, dtype) and concrete scalars."""
+    """An op's recorded inputs: tensors (position, dims, dtype) and concrete scalars, and the other
+    ops of its chain (`context`: (name, Args) pairs, outermost first)."""
 
-    def __init__(self, op: str, dims, types, concrete):
+    def __init__(self, op: str, dims, types, concrete, context=()):
         self.op = op or ""
+        self.context = context
         dims = dims if isinstance(dims, list) else []
         types = types if isinstance(types, list) else []
         concrete = concrete if isinstance(concrete, list) else []
@@ -63,6 +68,7 @@ class Args:
             t = types[i] if i < len(types) else None
             if isinstance(d, list) and d and all(isinstance(x, int) for x in d) and t not in ("Scalar", "ScalarList"):
                 self.tensors.append((i, d, dtype_name(t)))
+        self.positional = [c if isinstance(c, str) else "" for c in concrete]
         self.concrete = [c for c in concrete if isinstance(c, str) and c != ""]
 
     def nd(self, min_rank: int) -> list[tuple[int, list[int], str | None]]:
@@ -80,6 +86,13 @@ class Args:
 
     def bools(self) -> list[bool]:
         return [c == "True" for c in self.concrete if c in ("True", "False")]
+
+    def has_tensor(self, position: int) -> bool:
+        return any(i == position for i, _, _ in self.tensors)
+
+    def outer(self, name: re.Pattern) -> list["Args"]:
+        """The chain's other ops whose name matches, innermost first."""
+        return [a for n, a in reversed(self.context) if name.search(n)]
 
 
 def _rows(d: list[int]) -> int:
@@ -176,8 +189,8 @@ def _rope(a: Args) -> dict:
     if len(ts) > 3:
         out["rope_dim"] = ts[3][1][-1]
     bools = a.bools()
-    if bools:
-        out["is_neox_style"] = bools[-1]
+    if bools and not bools[-1]:
+        out["is_neox_style"] = False  # GPT-J interleaved pairs: not what the registry's reference rotates
     return out
 
 
@@ -192,6 +205,14 @@ def _cache(a: Args) -> dict:
         cache = caches[0]
         if len(cache[1]) == 4 and len(key) == 3:
             out["block_size"] = cache[1][1]  # vLLM flash layout [blocks, block_size, heads, dim]
+        if len(cache[1]) == len(key) == 2 and cache[1][1] == key[1]:
+            # SGLang store_cache: rows [T, Hkv·D] into a token-granular pool [slots, Hkv·D] (one
+            # token per block); the heads split is on the enclosing set_kv_buffer's [T, Hkv, D].
+            out["block_size"] = 1
+            split = [d for o in a.outer(re.compile("set_kv_buffer")) for _, d, _ in o.nd(3)
+                     if len(d) == 3 and d[0] == key[0] and d[1] * d[2] == key[1]]
+            if split:
+                out["shape"] = split[0]
         if cache[2] != t:
             out["kv_dtype"] = cache[2]
     return out
@@ -225,6 +246,16 @@ def _paged_decode(a: Args) -> dict:
     return out
 
 
+# Concrete-input positions of (is_causal, attn_mask) in each aten SDPA entry point's schema.
+_SDPA_FLAGS = {
+    "aten::scaled_dot_product_attention": (5, 3),
+    "aten::_scaled_dot_product_cudnn_attention": (6, 3),
+    "aten::_scaled_dot_product_efficient_attention": (6, 3),
+    "aten::_scaled_dot_product_flash_attention": (4, None),
+    "aten::_flash_attention_forward": (8, None),
+}
+
+
 def _sdpa(a: Args) -> dict:
     ts = a.nd(3)
     if not ts:
@@ -242,6 +273,13 @@ def _sdpa(a: Args) -> dict:
                 out["kv_lens"] = [k[seq]] * k[0]  # decode / chunked prefill: the cache the queries read
             if k[heads] != q[heads]:
                 out["num_kv_heads"] = k[heads]
+        if len(ts) > 2 and len(ts[2][1]) == 4 and ts[2][1][3] != q[3]:
+            out["v_head_dim"] = ts[2][1][3]  # DeepSeek MLA run as MHA: qk 192, v 128
+        causal, mask = _SDPA_FLAGS.get(a.op, (None, None))
+        if causal is not None and causal < len(a.positional) and a.positional[causal] in ("True", "False"):
+            out["is_causal"] = a.positional[causal] == "True"
+        if mask is not None and a.has_tensor(mask):
+            out["attn_mask"] = True
         return out
     out = _attention(a)
     return {"num_heads": out["num_query_heads"], "head_dim": out["head_size"], "num_tokens": out["num_tokens"], "dtype": t}
@@ -273,10 +311,18 @@ def _moe(a: Args) -> dict:
     return out
 
 
+_TOPK = re.compile(r"^(TopK|aten::topk)$")
+
+
 def _topk_softmax(a: Args) -> dict:
     if "moe_forward" in a.op:
         out = _moe(a)
-        return {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+        out = {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+        for topk in a.outer(_TOPK):  # triton_kernels' routing op inside vLLM's moe_forward: topk(logits, k, ...)
+            if topk.ints():
+                out["top_k"] = topk.ints()[0]
+                break
+        return out
     ts = a.nd(2)
     if not ts:
         return _generic(a)
@@ -290,7 +336,13 @@ def _topk_softmax(a: Args) -> dict:
 def _moe_align(a: Args) -> dict:
     if "moe_forward" in a.op:
         out = _moe(a)
-        return {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+        out = {k: v for k, v in out.items() if k in ("token_count", "num_experts")}
+        for sort in a.outer(re.compile(r"^SortTokens$")):  # SortTokens(topk_weights [T, k], topk_ids [T, k], E)
+            ids = sort.nd(2)
+            if ids and ids[0][1][0] == out.get("token_count"):
+                out["top_k"] = ids[0][1][1]
+                break
+        return out
     ts = a.nd(2)
     if not ts:
         return _generic(a)
@@ -334,7 +386,7 @@ def _embedding(a: Args) -> dict:
     if len(a.tensors) < 2:
         return _generic(a)
     weight, idx = a.tensors[0][1], a.tensors[1][1]
-    return {"token_count": math.prod(idx), "hidden_size": weight[-1], "num_embeddings": weight[0], "dtype": a.tensors[0][2]}
+    return {"token_count": math.prod(idx), "hidden_size": weight[-1], "vocab_size": weight[0], "dtype": a.tensors[0][2]}
 
 
 def _layer_norm(a: Args) -> dict:
@@ -369,11 +421,20 @@ EXTRACTORS: dict[str, Callable[[Args], dict]] = {
 }
 
 
-def shape_kwargs(operator: str, op: str | None, op_args: dict | None) -> dict:
-    """The operator's kwargs from its deciding op's recorded args ({dims, types, concrete}); {} if none."""
+def _args(name: str | None, op_args: dict, context=()) -> Args:
+    return Args(name or "", op_args.get("dims"), op_args.get("types"), op_args.get("concrete"), context)
+
+
+def shape_kwargs(operator: str, op: str | None, op_args: dict | None, chain=None) -> dict:
+    """The operator's kwargs from its deciding op's recorded args ({dims, types, concrete}); {} if none.
+
+    `chain`: the other (op name, args) pairs of the row's op chain, outermost first, for the few
+    operators whose framework op records a dimension on an op nested in or around it.
+    """
     if not op_args:
         return {}
-    a = Args(op or "", op_args.get("dims"), op_args.get("types"), op_args.get("concrete"))
+    context = tuple((n, _args(n, x)) for n, x in (chain or ()) if x and n != op)
+    a = _args(op, op_args, context)
     kwargs = EXTRACTORS.get(operator, _generic)(a)
     return {k: v for k, v in kwargs.items() if v is not None}
 
@@ -389,3 +450,103 @@ def add_step_context(operator: str, kwargs: dict, step) -> dict:
     if operator == "paged_attention_decode" and step.generation_kv and step.generation_reqs:
         out["ctx_len"] = round(step.generation_kv / step.generation_reqs)
     return out
+
+
+# --- From what the trace recorded to a registry problem ----------------------------------------
+
+# A contiguous (HF) KV cache has no block size; its problems take the one every catalogue paged
+# attention problem uses.
+CONTIGUOUS_BLOCK_SIZE = 16
+
+
+def _sdpa_problem(kw: dict) -> tuple[str, dict]:
+    # SDPA's is_causal is top-left aligned, so a causal call is a plain causal prefill only where
+    # q_len == kv_len; a one-query call is decode only without it (HF passes is_causal=False there,
+    # and a [B, 1, 1, kv] mask can only hide keys: padding or unused static-cache slots).
+    q_lens, kv_lens = kw.get("seq_lens"), kw.get("kv_lens", kw.get("seq_lens"))
+    if not isinstance(q_lens, list) or not q_lens or "v_head_dim" in kw or "is_causal" not in kw:
+        return "attention_forward", kw
+    heads, kv_heads = kw["num_heads"], kw.get("num_kv_heads", kw["num_heads"])
+    common = {"num_query_heads": heads, "num_kv_heads": kv_heads, "head_size": kw["head_dim"], "dtype": kw["dtype"]}
+    if set(q_lens) == {1} and len(set(kv_lens)) == 1 and not kw["is_causal"]:
+        return "paged_attention_decode", {"num_seqs": len(q_lens), "ctx_len": kv_lens[0],
+                                          "block_size": CONTIGUOUS_BLOCK_SIZE, **common}
+    if q_lens == kv_lens and not kw.get("attn_mask"):
+        if kw["is_causal"]:
+            return "unified_attention", {"num_seqs": len(q_lens), "seq_lens": q_lens,
+                                         "block_size": CONTIGUOUS_BLOCK_SIZE, **common}
+        if heads == kv_heads:  # bidirectional, equal heads: the vision-encoder operator
+            return "attention_forward", {k: kw[k] for k in ("num_heads", "head_dim", "seq_lens", "dtype")}
+    return "attention_forward", kw
+
+
+def _unified_problem(kw: dict, step) -> tuple[str, dict]:
+    # The registry's unified_attention takes kv lengths only (its queries are all the tokens), so
+    # a step annotation completes it where it proves every sequence is a whole prompt of one
+    # length (Σk = Σq and n·Σq² = (Σq)²); a decode-only step is paged decode over the mean context.
+    tokens = kw.get("num_tokens")
+    if step is None or tokens is None or "num_query_heads" not in kw:
+        return "unified_attention", kw
+    heads = {k: kw[k] for k in ("num_query_heads", "num_kv_heads", "head_size", "dtype", "block_size") if k in kw}
+    n, q, k, qq = step.context_reqs, step.context_q, step.context_kv, step.context_qq
+    if not step.generation_reqs and n and q == k == tokens and qq is not None and n * qq == q * q and q % n == 0:
+        return "unified_attention", {"num_seqs": n, "seq_lens": [q // n] * n, **heads}
+    gen, gen_kv = step.generation_reqs, step.generation_kv
+    if not step.context_reqs and gen and gen == tokens and gen_kv:
+        return "paged_attention_decode", {"num_seqs": gen, "ctx_len": round(gen_kv / gen), **heads}
+    return "unified_attention", kw
+
+
+def to_problem(operator: str, kwargs: dict, step=None) -> tuple[str, dict]:
+    """The registry operator and kwargs the recorded kwargs describe (unchanged where they already do,
+    or where the trace cannot say more)."""
+    if operator == "attention_forward":
+        return _sdpa_problem(kwargs)
+    if operator == "unified_attention":
+        return _unified_problem(kwargs, step)
+    return operator, kwargs
+
+
+def grouped_mm_call(kwargs: dict) -> tuple | None:
+    """(num_experts, rows, k, n, dtype) of one aten::_grouped_mm call's kwargs, or None."""
+    if {"num_experts", "m", "n", "k"} <= kwargs.keys() and "b_dtype" not in kwargs:
+        return kwargs["num_experts"], kwargs["m"], kwargs["k"], kwargs["n"], kwargs.get("dtype")
+    return None
+
+
+def router_topk(op_args: dict | None) -> tuple[int, int, int] | None:
+    """(token_count, num_experts, top_k) of an aten::topk over router logits [T, E], or None."""
+    if not op_args:
+        return None
+    a = _args("aten::topk", op_args)
+    ints = a.ints()
+    if len(a.tensors) != 1 or len(a.tensors[0][1]) != 2 or not ints:
+        return None
+    (tokens, experts), top_k = a.tensors[0][1], ints[0]
+    return tokens, experts, top_k
+
+
+def moe_from_grouped_mm(up: tuple, down: tuple, router: tuple | None) -> dict | None:
+    """One fused_moe problem from an MoE block's two grouped GEMMs (gate/up [T·k, H]·[E, H, 2I], then
+    down [T·k, I]·[E, I, H]) and its router's topk; None where they do not fit together."""
+    if router is None or up[0] != down[0] or up[1] != down[1] or up[3] != 2 * down[2] or down[3] != up[2]:
+        return None
+    tokens, experts, top_k = router
+    if experts != up[0] or tokens * top_k != up[1]:
+        return None
+    return {"token_count": tokens, "hidden_size": up[2], "intermediate_size": down[2], "num_experts": experts,
+            "top_k": top_k, "dtype": up[4]}
+
+
+_PAGED = ("unified_attention", "paged_attention_decode")
+
+
+def fill_block_size(operators: list[str], kwargs_list: list[dict]) -> list[dict]:
+    """Attention problems whose op does not show the KV cache take the trace's one cache block size
+    (from its cache writes), when the trace has exactly one."""
+    sizes = {kw["block_size"] for op, kw in zip(operators, kwargs_list) if op == "reshape_and_cache" and "block_size" in kw}
+    if len(sizes) != 1:
+        return kwargs_list
+    (size,) = sizes
+    return [dict(kw, block_size=size) if op in _PAGED and kw and "block_size" not in kw else kw
+            for op, kw in zip(operators, kwargs_list)]

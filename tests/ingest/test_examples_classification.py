@@ -256,22 +256,26 @@ def test_graph_replays_attributed_through_the_capture_trace(examples_dir, events
     # Capture-time shapes: the decode batch.
     mm = graph.filter(pl.col("op") == "aten::mm")
     assert mm.height and {json.loads(s)["m"] for s in mm["shape"]} == {batch}
-    attention = graph.filter(pl.col("operator") == "attention_forward")
-    assert attention.height and {s for s in attention["shape"]} == {attention["shape"][0]}
+    # Decode SDPA (one query per sequence over the static cache) is a paged-decode problem.
+    attention = graph.filter(pl.col("kernel").str.contains("sdpa"))
+    assert attention.height and set(attention["operator"]) == {"paged_attention_decode"}
+    assert {s for s in attention["shape"]} == {attention["shape"][0]}
     shape = json.loads(attention["shape"][0])
-    assert shape["seq_lens"] == [1] * batch and shape["kv_lens"] == [prompt + steps + 1] * batch  # the static cache
+    assert (shape["num_seqs"], shape["ctx_len"]) == (batch, prompt + steps + 1)  # the static cache
 
 
 @pytest.mark.parametrize("name", sorted(GRAPH))
 def test_graph_decode_shapes_are_the_eager_decode_shapes(events, name):
     # The replayed graph and the eager decode steps run the same GEMMs and attention calls.
     def table(rel, graph_only):
-        out = events(rel).filter(pl.col("operator").is_in(["gemm", "attention_forward", "fused_moe"]) & (pl.col("phase") == "decode"))
+        operators = ["gemm", "attention_forward", "paged_attention_decode", "unified_attention", "fused_moe"]
+        out = events(rel).filter(pl.col("operator").is_in(operators) & (pl.col("phase") == "decode"))
         if graph_only:
             out = out.filter(pl.col("graph_launch"))
         return dict(out.group_by("operator", "shape").agg(pl.len()).select(pl.concat_str("operator", "shape"), "len").rows())
 
     eager, graph = table(EAGER[name], False), table(GRAPH[name], True)
+    assert any(key.startswith("paged_attention_decode") for key in eager)
     assert eager == graph
 
 
@@ -290,8 +294,11 @@ def test_other_is_only_unnamed_elementwise_work(events, rel):
     assert not other.filter(pl.col("kernel").str.contains("nvjet|gemm|cutlass|sdpa|flash")).height
 
 
-# Keys beyond the catalogue's parameter names, each documented in ingest/shapes.py.
-EXTRA_KEYS = {"dtype", "b_dtype", "batch", "shape", "kv_lens", "num_kv_heads", "m", "n", "k"}
+# Keys beyond the catalogue's parameter names, each documented in ingest/shapes.py: only SDPA
+# calls that no registry attention operator computes keep theirs (static-cache prefill with an
+# explicit mask, DeepSeek's MLA-as-MHA with v_head_dim < head_dim); HF MoE grouped GEMMs no longer
+# show m, n, k.
+EXTRA_KEYS = {"dtype", "shape", "kv_lens", "num_kv_heads", "is_causal", "attn_mask", "v_head_dim"}
 
 
 @pytest.mark.parametrize("rel", sorted(EAGER.values()) + sorted(GRAPH.values()))
@@ -349,9 +356,40 @@ def independent_tables(trace: Raw) -> tuple[dict, dict, dict]:
         if inner["name"] in GEMM_OPS:
             gemm[(phase, *_gemm_key(inner["name"], inner["args"]["Input Dims"]))] += ns
         else:
-            q, k = inner["args"]["Input Dims"][:2]
-            attention[(phase, q[1], q[3], (q[2],) * q[0], (k[2],) * k[0])] += ns
+            attention[(phase, *_sdpa_problem(inner["args"]))] += ns
     return dict(gemm), dict(attention), dict(phases)
+
+
+def _sdpa_problem(args) -> tuple:
+    """(operator, Hq, Hkv, D, q lens, kv lens) of an aten::scaled_dot_product_attention call: which
+    registry reference computes it follows from its schema (query, key, value, attn_mask,
+    dropout_p, is_causal, ...), whose is_causal masks top-left."""
+    dims, concrete = args["Input Dims"], args["Concrete Inputs"]
+    q, k, v = dims[:3]
+    causal, mask = concrete[5] == "True", bool(dims[3])
+    q_lens, kv_lens = (q[2],) * q[0], (k[2],) * k[0]
+    if v[3] != q[3]:
+        operator = "attention_forward"  # no registry attention has a narrower V
+    elif q[2] == 1 and not causal:
+        operator = "paged_attention_decode"
+    elif q[2] == k[2] and causal and not mask:
+        operator = "unified_attention"
+    else:
+        operator = "attention_forward"
+    return operator, q[1], k[1], q[3], q_lens, kv_lens
+
+
+def _attention_key(operator: str, s: dict) -> tuple:
+    """The same tuple read back from a mined problem's kwargs."""
+    if operator == "paged_attention_decode":
+        n = s["num_seqs"]
+        return operator, s["num_query_heads"], s["num_kv_heads"], s["head_size"], (1,) * n, (s["ctx_len"],) * n
+    if operator == "unified_attention":
+        lens = tuple(s["seq_lens"])
+        assert s["num_seqs"] == len(lens) and s["block_size"] == 16  # a contiguous cache: the catalogue's block
+        return operator, s["num_query_heads"], s["num_kv_heads"], s["head_size"], lens, lens
+    q = tuple(s["seq_lens"])
+    return operator, s["num_heads"], s.get("num_kv_heads", s["num_heads"]), s["head_dim"], q, tuple(s.get("kv_lens", q))
 
 
 # Dense (GQA), MoE, and MLA (DeepSeek-V2's latent attention, run by HF through SDPA).
@@ -365,9 +403,8 @@ def test_gemm_attention_and_phase_split_agree_with_an_independent_computation(ra
         s = json.loads(shape)
         if operator == "gemm":
             got_gemm[(phase, s["m"], s["n"], s["k"], s.get("batch"))] += ns
-        elif operator == "attention_forward":
-            q = tuple(s["seq_lens"])
-            got_attention[(phase, s["num_heads"], s["head_dim"], q, tuple(s.get("kv_lens", q)))] += ns
+        elif operator in ("attention_forward", "paged_attention_decode", "unified_attention"):
+            got_attention[(phase, *_attention_key(operator, s))] += ns
     assert dict(got_gemm) == gemm
     assert dict(got_attention) == attention
     assert dict(table.group_by("phase").agg(pl.col("gpu_ns").sum()).rows()) == phases

@@ -73,15 +73,17 @@ def test_rope_heads_from_flattened_q_k(public_traces):
     args = first_op(public_traces / B200, "_C::rotary_embedding")
     positions, q, k, _, cache, _ = args["dims"]
     head = int(args["concrete"][3])
+    assert args["concrete"][5] == "True"  # neox, as the registry's reference rotates: no flag in the key
     assert shape_kwargs("fused_qkv_rope", "_C::rotary_embedding", args) == {
         "total_tokens": positions[0],
         "num_heads": q[1] // head,
         "num_kv_heads": k[1] // head,
         "head_dim": head,
         "rope_dim": cache[1],
-        "is_neox_style": args["concrete"][5] == "True",
         "dtype": "bf16",
     }
+    gptj = dict(args, concrete=args["concrete"][:5] + ["False"])
+    assert shape_kwargs("fused_qkv_rope", "_C::rotary_embedding", gptj)["is_neox_style"] is False
 
 
 def test_reshape_and_cache_block_size_and_fp8_cache(public_traces):
@@ -118,8 +120,40 @@ def test_embedding(public_traces):
     args = first_op(public_traces / B200, "aten::embedding")
     weight, idx = args["dims"][:2]
     assert shape_kwargs("embedding", "aten::embedding", args) == {
-        "token_count": math.prod(idx), "hidden_size": weight[1], "num_embeddings": weight[0], "dtype": "bf16"
+        "token_count": math.prod(idx), "hidden_size": weight[1], "vocab_size": weight[0], "dtype": "bf16"
     }
+
+
+VLLM_FULL = "tracelens/inference/vllm_decode_full/capture_traces/graph_capture_rank_0.1773709742341309550.pt.trace.json.gz"
+
+
+def test_sglang_store_cache_heads_from_set_kv_buffer(public_traces):
+    # store_cache sees flat rows [T, Hkv·D] into a one-token-per-slot pool; the enclosing
+    # set_kv_buffer range recorded the [T, Hkv, D] split.
+    store = first_op(public_traces / SGL_PREFILL, "sglang::store_cache")
+    outer = next((n, a) for n, a in _named_ops(public_traces / SGL_PREFILL) if "set_kv_buffer" in n)
+    key, _, pool = store["dims"][:3]
+    split = outer[1]["dims"][0]
+    assert len(key) == len(pool) == 2 and pool[1] == key[1] == split[1] * split[2] and split[0] == key[0]
+    got = shape_kwargs("reshape_and_cache", "sglang::store_cache", store, [outer, ("sglang::store_cache", store)])
+    assert got == {"shape": split, "block_size": 1, "dtype": "bf16"}
+    assert shape_kwargs("reshape_and_cache", "sglang::store_cache", store)["shape"] == key  # without it: flat
+
+
+def test_vllm_routing_top_k_from_its_topk_op(public_traces):
+    moe = first_op(public_traces / VLLM_FULL, "vllm::moe_forward")
+    topk = first_op(public_traces / VLLM_FULL, "TopK")
+    logits = moe["dims"][1]
+    chain = [("vllm::moe_forward", moe), ("TopK", topk)]
+    got = shape_kwargs("moe_topk_gating_softmax", "vllm::moe_forward", moe, chain)
+    assert got == {"token_count": logits[0], "num_experts": logits[1], "top_k": int(topk["concrete"][1])}
+
+
+def _named_ops(path):
+    first_op(path, "sglang::store_cache")  # fills the cache
+    for e in _cache[path]:
+        a = e["args"]
+        yield e["name"], {"dims": a["Input Dims"], "types": a["Input type"], "concrete": a.get("Concrete Inputs")}
 
 
 def test_canonical_json_is_sorted_and_compact():
@@ -131,7 +165,7 @@ def test_canonical_json_is_sorted_and_compact():
 
 # Keys beyond the catalogue's parameter names (documented in ingest/shapes.py); `shape` is the
 # generic fallback for an op without a dedicated extractor (e.g. an Inductor kernel in a MoE region).
-EXTRA_KEYS = {"dtype", "b_dtype", "kv_dtype", "num_tokens", "num_seqs", "batch", "is_neox_style", "ctx_len", "shape"}
+EXTRA_KEYS = {"dtype", "b_dtype", "kv_dtype", "num_tokens", "num_seqs", "batch", "ctx_len", "shape"}
 
 
 @pytest.mark.parametrize("rel", [B200, SGL_PREFILL, VLLM_PIECEWISE])
@@ -146,3 +180,45 @@ def test_shape_keys_use_catalogue_parameter_names(public_traces, atrex_dir, rel)
         for entry in json.loads(catalogue.read_text()).values():
             names |= set(entry.get("init_kwargs") or {}) | set(entry.get("input_kwargs") or {})
         assert set(json.loads(shape)) <= names | EXTRA_KEYS, (op_name, shape)
+
+
+VLLM_DECODE = "tracelens/inference/vllm_decode_full/graph_execution.json.gz"
+
+
+def _classified(public_traces, rel) -> pl.DataFrame:
+    path = public_traces / rel
+    return classify_events(read_events(path), read_captures(capture_traces_for(path)))
+
+
+def _step_sums(chain) -> dict:
+    """The TraceLens vLLM-style step name's numbers, read with a regex of the test's own."""
+    import re
+
+    name = next(c for c in chain if c.startswith("execute_"))
+    m = re.match(r"execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)_generation_(\d+)\(sq(\d+)sk(\d+)", name)
+    keys = ("tokens", "ctx", "cq", "ck", "cqq", "cqk", "gen", "gq", "gk")
+    return dict(zip(keys, map(int, m.groups())))
+
+
+def test_sglang_extend_step_of_equal_prompts_is_a_unified_attention_problem(public_traces):
+    out = _classified(public_traces, SGL_PREFILL).filter(pl.col("kernel").str.contains("FmhaBatchPrefill"))
+    assert out.height and set(out["operator"]) == {"unified_attention"}
+    for shape, chain in out.select("shape", "op_chain").unique().rows():
+        n = _step_sums(chain)
+        # Σk = Σq (no cached prefix) and n·Σq² = (Σq)² (no spread): n prompts of Σq/n tokens each.
+        assert n["ck"] == n["cq"] and n["ctx"] * n["cqq"] == n["cq"] ** 2 and n["gen"] == 0
+        s = json.loads(shape)
+        assert s["seq_lens"] == [n["cq"] // n["ctx"]] * n["ctx"] and s["num_seqs"] == n["ctx"]
+        assert s["block_size"] == 1  # SGLang's token pool, as its store_cache rows show
+
+
+def test_vllm_decode_step_is_a_paged_decode_problem(public_traces):
+    out = _classified(public_traces, VLLM_DECODE).filter(pl.col("kernel").str.contains("unified_attention"))
+    assert out.height and set(out["operator"]) == {"paged_attention_decode"}
+    cache = _classified(public_traces, VLLM_DECODE).filter(pl.col("operator") == "reshape_and_cache")
+    (block_size,) = {json.loads(s)["block_size"] for s in cache["shape"]}
+    for shape, chain in out.select("shape", "op_chain").unique().rows():
+        n = _step_sums(chain)
+        assert n["ctx"] == 0 and n["gq"] == n["gen"] == n["tokens"]  # one query per request
+        s = json.loads(shape)
+        assert (s["num_seqs"], s["ctx_len"], s["block_size"]) == (n["gen"], round(n["gk"] / n["gen"]), block_size)
