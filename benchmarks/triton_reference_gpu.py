@@ -161,9 +161,9 @@ def main(argv=None) -> int:
         print("needs a CUDA GPU (or --device cpu with TRITON_INTERPRET=1 for a plumbing check)", file=sys.stderr)
         return 2
     if args.device == "cpu":  # the evaluator's interpreter shims (autotuner without a GPU driver)
-        from kernels_eval.harness.worker import _patch_interpreter
+        from kernels_eval.harness.interpreter import patch_interpreter
 
-        _patch_interpreter()
+        patch_interpreter()
     known = set(registry.operator_names())
     ops = ([o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else
            sorted(p.stem for p in args.submission.glob("*.py") if p.stem in known))

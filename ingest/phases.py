@@ -15,7 +15,7 @@ from ingest.schema import PHASES  # noqa: F401  (the phase vocabulary lives with
 # TraceLens-patched variant puts the step's token count first and per-class sums in the
 # parentheses: execute_<T>_context_<Rc>(sq<Σq>sk<Σk>sqsq..sqsk..)_generation_<Rg>(sq..sk..).
 _VLLM = re.compile(r"^execute_(?:(?P<tokens>\d+)_)?context_(?P<ctx>\d+)\((?P<ctx_args>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gen_args>[^)]*)\)")
-_SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)(?:sqsq(?P<qq>\d+))?")
+_SUMS = re.compile(r"^sq(?P<sq>\d+)sk(?P<sk>\d+)(?:sqsq(?P<qq>\d+))?(?:sqsk(?P<qk>\d+))?")
 # SGLang scheduler: step[EXTEND bs=15 toks=15360], step[DECODE bs=32], step[MIXED bs=..]
 _SGLANG = re.compile(r"^step\[(?P<mode>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<rest>[^\]]*)\]")
 # ATOM-style ranges (and `hotshape capture --annotate`): the phase word, then its fields in
@@ -43,6 +43,7 @@ class Step:
     generation_q: int | None = None
     generation_kv: int | None = None
     context_qq: int | None = None  # Σ q² of prefill requests (TraceLens sums): equal lengths ⇔ n·Σq² = (Σq)²
+    context_qk: int | None = None  # Σ q·k of prefill requests
 
 
 def _phase_of_counts(ctx: int, gen: int) -> str:
@@ -55,11 +56,11 @@ def _phase_of_counts(ctx: int, gen: int) -> str:
     return "unknown"
 
 
-def _sums(text: str) -> tuple[int | None, int | None, int | None]:
+def _sums(text: str) -> tuple[int | None, int | None, int | None, int | None]:
     m = _SUMS.match(text)
     if not m:
-        return None, None, None
-    return int(m["sq"]), int(m["sk"]), int(m["qq"]) if m["qq"] else None
+        return None, None, None, None
+    return int(m["sq"]), int(m["sk"]), int(m["qq"]) if m["qq"] else None, int(m["qk"]) if m["qk"] else None
 
 
 def _fields_step(phase: str, rule: str, text: str) -> Step:
@@ -80,17 +81,18 @@ def parse_step(name: str | None) -> Step | None:
     m = _VLLM.match(name)
     if m:
         ctx, gen = int(m["ctx"]), int(m["gen"])
-        cq, ck, cqq = _sums(m["ctx_args"])
-        gq, gk, _ = _sums(m["gen_args"])
+        cq, ck, cqq, cqk = _sums(m["ctx_args"])
+        gq, gk, _, _ = _sums(m["gen_args"])
         if cq is None and m["ctx_args"]:
             # Upstream form: the parentheses hold the prefill token count (then "_<Σq·k>" on
             # some versions); the generation side holds its token count.
-            head = m["ctx_args"].split("_")[0]
-            cq = int(head) if head.isdigit() else None
+            parts = m["ctx_args"].split("_")
+            cq = int(parts[0]) if parts[0].isdigit() else None
+            cqk = int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
         if gq is None and m["gen_args"].isdigit():
             gq = int(m["gen_args"])
         tokens = int(m["tokens"]) if m["tokens"] else None
-        return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk, cqq)
+        return Step(_phase_of_counts(ctx, gen), "annotation:vllm", ctx, gen, tokens, cq, ck, gq, gk, cqq, cqk)
     m = _SGLANG.match(name)
     if m:
         return _fields_step(_SGLANG_PHASE.get(m["mode"], "unknown"), "annotation:sglang", m["rest"])
@@ -127,7 +129,7 @@ def merged_step(op_chain, annotation: str | None = None) -> Step | None:
     filled = {
         f: next((getattr(s, f) for s in steps if getattr(s, f) is not None), None)
         for f in ("context_reqs", "generation_reqs", "tokens", "context_q", "context_kv", "generation_q", "generation_kv",
-                  "context_qq")
+                  "context_qq", "context_qk")
     }
     return Step(first.phase, first.rule, **filled)
 

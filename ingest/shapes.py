@@ -483,12 +483,16 @@ def _sdpa_problem(kw: dict) -> tuple[str, dict]:
 def _unified_problem(kw: dict, step) -> tuple[str, dict]:
     # The registry's unified_attention takes kv lengths only (its queries are all the tokens), so
     # a step annotation completes it where it proves every sequence is a whole prompt of one
-    # length (Σk = Σq and n·Σq² = (Σq)²); a decode-only step is paged decode over the mean context.
+    # length (Σk = Σq and n·Σq² = (Σq)²; for one sequence, Σq·k = q²); a decode-only step is paged
+    # decode over the mean context.
     tokens = kw.get("num_tokens")
     if step is None or tokens is None or "num_query_heads" not in kw:
         return "unified_attention", kw
-    heads = {k: kw[k] for k in ("num_query_heads", "num_kv_heads", "head_size", "dtype", "block_size") if k in kw}
+    heads = {k: kw[k] for k in ("num_query_heads", "num_kv_heads", "head_size", "dtype", "kv_dtype", "block_size") if k in kw}
     n, q, k, qq = step.context_reqs, step.context_q, step.context_kv, step.context_qq
+    if n == 1 and q:  # upstream vLLM names carry Σq·k, not Σk: one sequence's kv length is Σq·k / q
+        qq = q * q
+        k = k if k is not None else (step.context_qk // q if step.context_qk and step.context_qk % q == 0 else None)
     if not step.generation_reqs and n and q == k == tokens and qq is not None and n * qq == q * q and q % n == 0:
         return "unified_attention", {"num_seqs": n, "seq_lens": [q // n] * n, **heads}
     gen, gen_kv = step.generation_reqs, step.generation_kv

@@ -35,6 +35,7 @@ PUBLIC = [
     "tracelens/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz",
     "tracelens/inference/vllm_decode_full/graph_execution.json.gz",
     "tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
+    "tracelens/b200/eager_trace.json.gz",  # vLLM eager on Blackwell (TRT-LLM MoE and attention kernels)
 ]
 
 
@@ -45,16 +46,22 @@ def _keys(s: dict) -> set:
 # (operator, what the shape looks like, why the trace or the registry cannot make it a problem)
 INCOMPLETE = [
     ("fused_moe", lambda s: _keys(s) == {"token_count", "hidden_size", "num_experts"},
-     "vLLM gpt-oss moe_forward: the expert GEMMs are Triton launches straight from the op, whose inputs "
-     "are only hidden states and router logits, so intermediate_size and top_k are on no kernel's op "
-     "chain; and its experts are MXFP4 (matmul_ogs bf16xbf16xmxfp4), which the registry's bf16 "
-     "fused_moe cannot express"),
+     "vLLM gpt-oss moe_forward: the expert GEMMs are launched straight from the op (triton_kernels "
+     "matmul_ogs, TRT-LLM bmm), whose inputs are only hidden states and router logits, so "
+     "intermediate_size and top_k are on no kernel's op chain; and its experts are MXFP4 "
+     "(bf16xbf16xmxfp4, MxE2m1), which the registry's bf16 fused_moe cannot express"),
     ("fused_moe", lambda s: _keys(s) == {"shape"},
      "an Inductor kernel inside vLLM's compiled MoE region (the hidden-state pad): its buffers are not "
      "the MoE's dimensions"),
     ("moe_align_block_size", lambda s: _keys(s) == {"token_count", "num_experts", "top_k"},
      "vLLM triton_kernels routing (SortTokens): block_size missing; it builds tile metadata for several "
      "block sizes at once rather than padding to one"),
+    ("moe_align_block_size", lambda s: _keys(s) == {"token_count", "num_experts"},
+     "TRT-LLM routing kernels launched straight from vLLM's moe_forward: neither top_k nor block_size "
+     "is recorded"),
+    ("moe_topk_gating_softmax", lambda s: _keys(s) == {"token_count", "num_experts"},
+     "TRT-LLM routing (routingRenormalize) launched straight from vLLM's moe_forward: top_k is not "
+     "recorded"),
     ("unified_attention", lambda s: "num_tokens" in s and "seq_lens" not in s and s.get("num_seqs", 0) > 1,
      "a mixed prefill+decode step: per-sequence lengths are not recorded (the step annotation has only "
      "their sums), and the registry's unified_attention has no query_lens kwarg for queries shorter "

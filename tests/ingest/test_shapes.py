@@ -222,3 +222,17 @@ def test_vllm_decode_step_is_a_paged_decode_problem(public_traces):
         assert n["ctx"] == 0 and n["gq"] == n["gen"] == n["tokens"]  # one query per request
         s = json.loads(shape)
         assert (s["num_seqs"], s["ctx_len"], s["block_size"]) == (n["gen"], round(n["gk"] / n["gen"]), block_size)
+
+
+def test_upstream_vllm_single_prompt_is_a_unified_attention_problem(public_traces):
+    # Upstream names carry (Σq_Σq·k): one request with Σq·k = q² read its own q tokens only.
+    import re
+
+    out = _classified(public_traces, B200).filter(pl.col("operator") == "unified_attention")
+    assert out.height
+    for shape, chain in out.select("shape", "op_chain").unique().rows():
+        name = next(c for c in chain if c.startswith("execute_"))
+        reqs, q, qk = map(int, re.match(r"execute_context_(\d+)\((\d+)_(\d+)\)_generation_0\(0\)$", name).groups())
+        assert reqs == 1 and qk == q * q
+        s = json.loads(shape)
+        assert (s["num_seqs"], s["seq_lens"], s["kv_dtype"]) == (1, [q], "bf16")
