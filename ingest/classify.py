@@ -9,16 +9,8 @@ import polars as pl
 
 from ingest.graphs import attribute_graphs
 from ingest.phases import assign_phases, merged_step
-from ingest.shapes import (
-    add_step_context,
-    canonical_json,
-    fill_block_size,
-    grouped_mm_call,
-    moe_from_grouped_mm,
-    router_topk,
-    shape_kwargs,
-    to_problem,
-)
+from ingest.problems import fill_block_size, grouped_mm_call, moe_from_grouped_mm, router_topk, to_problem
+from ingest.shapes import add_step_context, canonical_json, shape_kwargs
 from ingest.schema import CLASSIFIED_EVENTS, OP_SHAPE_TIME, validate
 from ingest.taxonomy import Taxonomy, load_taxonomy
 
