@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from release import ids
-from release.build import has_our_roofline, load_hardware_or_none, roofline_frame, roofline_rows
+from release.roofline import has_our_roofline, load_hardware_or_none, roofline_frame, roofline_rows
 from release.bundle import MANIFEST_FILE, SEALED_FILES, table_file, weights_file, write_bundle
 from release.schema import PHASES
 

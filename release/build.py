@@ -13,102 +13,10 @@ import pyarrow as pa
 from release import ids
 from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, json_bytes,
                             read_release, table_file, weights_file, write_bundle)
-from release.schema import PHASES, PROVENANCE, ROOFLINE
+from release.roofline import has_our_roofline, load_hardware_or_none, regained_roofline, roofline_frame, roofline_rows
+from release.schema import PHASES, PROVENANCE
 
 WEIGHT_COLUMNS = ("weight",) + tuple(f"weight_{p}" for p in PHASES)
-
-OUR_ROOFLINE = ("flops", "bytes_read", "bytes_written", "path", "t_roofline_s", "t_roofline_measured_s")
-
-
-# ---- our roofline, from the operator registry when it is installed -------------------------------
-
-def load_hardware_or_none() -> dict | None:
-    """The hardware table, or None while kernels_eval has no hardware module."""
-    try:
-        from kernels_eval.hardware import load_hardware
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("kernels_eval"):
-            return None
-        raise
-    return load_hardware()
-
-
-def _field(result, name):
-    return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
-
-
-def our_roofline(operator: str, init_kwargs: dict, input_kwargs: dict, hardware: dict | None) -> dict[str, dict]:
-    """hardware name → our flops, bytes and roofline time for one problem; {} without the registry."""
-    if not hardware:
-        return {}
-    try:
-        from kernels_eval.roofline import problem_roofline
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("kernels_eval"):
-            return {}
-        raise
-    out = {}
-    for name in sorted(hardware):
-        if hardware[name] is None:
-            continue  # a name without a hardware-table entry (tests, or the table not installed)
-        try:
-            result = problem_roofline(operator, init_kwargs, input_kwargs, hardware[name])
-        except (LookupError, ValueError, NotImplementedError):
-            # Operator not in the registry or a dtype path this hardware lacks: no row, not a failure.
-            continue
-        out[name] = {f: _field(result, f) for f in OUR_ROOFLINE}
-    return out
-
-
-def roofline_rows(problem_id: str, operator: str, init_kwargs: dict, input_kwargs: dict,
-                  published: dict | None, hardware: dict | None) -> list[dict]:
-    """Roofline rows of one problem: ours per hardware, beside Atrex-Bench's published W, Q and SOL."""
-    ours = our_roofline(operator, init_kwargs, input_kwargs, hardware)
-    pub = {"w_flops": None, "w_flops_dtype": None, "q_read": None, "q_write": None}
-    sol = {}
-    if published is not None:
-        w = published.get("semantic_W_flops") or {}
-        if len(w) > 1:
-            raise ValueError(f"{operator}: semantic_W_flops with several dtypes {sorted(w)} is not supported")
-        if w:
-            (pub["w_flops_dtype"], pub["w_flops"]), = w.items()
-        pub["q_read"] = published.get("semantic_Q_read_bytes")
-        pub["q_write"] = published.get("semantic_Q_write_bytes")
-        sol = published.get("SOL_time_ms") or {}
-    names = sorted(set(ours) | set(sol))
-    if not names and published is not None:
-        names = [""]  # keep published W/Q even when no hardware has a SOL time
-    rows = []
-    for hw in names:
-        mine = ours.get(hw, {})
-        rows.append({"problem_id": problem_id, "hardware": hw, **{f: mine.get(f) for f in OUR_ROOFLINE},
-                     **pub, "sol_time_ms": sol.get(hw)})
-    return rows
-
-
-def roofline_frame(rows: list[dict]) -> pl.DataFrame:
-    """sealed/roofline rows as a frame with the ROOFLINE schema (empty when there are none)."""
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=ROOFLINE))
-
-
-def regained_roofline(manifest: pl.DataFrame, old: pl.DataFrame | None, hardware: dict) -> pl.DataFrame:
-    """Roofline rows of every problem recomputed with the registry, keeping old rows' published numbers."""
-    from release.atrex import published_roofline
-
-    pub_cols = ("w_flops", "q_read", "q_write", "sol_time_ms")
-    rows = []
-    for p in manifest.iter_rows(named=True):
-        mine = old.filter(pl.col("problem_id") == p["problem_id"]) if old is not None else pl.DataFrame()
-        has_pub = mine.height > 0 and any(mine[c].null_count() < mine.height for c in pub_cols)
-        rows += roofline_rows(p["problem_id"], p["operator"], json.loads(p["init_kwargs"]),
-                              json.loads(p["input_kwargs"]), published_roofline(mine) if has_pub else None, hardware)
-    return roofline_frame(rows)
-
-
-def has_our_roofline(roofline: pl.DataFrame) -> bool:
-    """True when any row holds our roofline time (the registry was there at build time)."""
-    return roofline.height > 0 and roofline["t_roofline_s"].null_count() < roofline.height
-
 
 # ---- mining the traces ----------------------------------------------------------------------------
 

@@ -133,7 +133,7 @@ def test_bad_layout_names_the_file(atrex_dir, tmp_path):
 
 
 def test_regained_roofline_keeps_published_numbers(atrex_dir, tmp_path):
-    from release.build import load_hardware_or_none, regained_roofline
+    from release.roofline import load_hardware_or_none, regained_roofline
 
     table = load_hardware_or_none()
     if not table:
