@@ -37,6 +37,8 @@ MARKER = "TRITON_REFERENCE_RESULTS "
 MEMORY_BOUND = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "l2_norm", "layer_norm", "gated_rms_norm",
                 "fused_qk_rmsnorm", "fp8_dynamic_per_token_quant", "per_token_group_quant_fp8", "fused_rmsnorm_quant",
                 "moe_sum_reduce", "reshape_and_cache", "moe_topk_gating_softmax"}
+ROPE_ROUTING_ATTENTION = {"fused_qkv_rope", "mrope", "moe_align_block_size", "moe_count_and_sort", "topk_filter",
+                          "causal_conv1d", "embedding", "paged_attention_decode", "unified_attention"}
 
 # Shapes beyond the registry's smoke set that reach other code paths: rows wider than the register
 # budget (two-pass kernels), multi-dim inputs, padded cache slots, non-power-of-two expert counts, GEMM
@@ -58,6 +60,23 @@ EXTRA = {
                                  {"token_count": 4, "num_experts": 96})],
     "gemm": [({"scaling": "none"}, {"m": 37, "n": 70, "k": 100, "dtype": "fp16", "scaling": "none"})],
     "linear_sigmoid_mul": [({}, {"token_count": 37, "hidden_size": 200, "out_features": 70})],
+    "fused_qkv_rope": [({"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "rope_dim": 16},
+                        {"total_tokens": 3, "num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "dtype": "bf16",
+                         "with_bias": True})],
+    "mrope": [({"head_size": 64, "rotary_dim": 32, "mrope_section": [4, 6, 6], "is_neox_style": False},
+               {"token_count": 3, "num_query_heads": 3, "num_kv_heads": 1, "head_size": 64, "rotary_dim": 32})],
+    "moe_align_block_size": [({"block_size": 16, "num_experts": 60},
+                              {"token_count": 1100, "num_experts": 60, "top_k": 4})],
+    "moe_count_and_sort": [({"num_experts": 60}, {"token_count": 1100, "top_k": 4, "num_experts": 60})],
+    "topk_filter": [({"top_k": 50}, {"seq_len": 2, "hidden_size": 20000}),
+                    ({"top_k": 5}, {"seq_len": 2, "hidden_size": 3})],
+    "embedding": [({}, {"token_count": 40, "vocab_size": 100, "hidden_size": 5000, "dtype": "fp16"})],
+    "causal_conv1d": [({"activation": "silu"}, {"token_count": 300, "dim": 20, "width": 4}),
+                      ({"activation": None}, {"token_count": 5, "dim": 4, "width": 1})],
+    "paged_attention_decode": [({}, {"num_seqs": 2, "ctx_len": 300, "num_query_heads": 8, "num_kv_heads": 2,
+                                     "head_size": 64, "block_size": 16, "dtype": "bf16"})],
+    "unified_attention": [({}, {"num_seqs": 3, "seq_lens": [150, 5, 70], "query_lens": [150, 1, 3],
+                                "num_query_heads": 4, "num_kv_heads": 2, "head_size": 72, "block_size": 16})],
 }
 
 
@@ -90,6 +109,10 @@ def results() -> dict:
 
 def test_submission_covers_the_memory_bound_operators():
     assert MEMORY_BOUND | {"linear_sigmoid_mul", "gemm"} <= set(_operators())
+
+
+def test_submission_covers_the_rope_routing_sampling_and_attention_operators():
+    assert ROPE_ROUTING_ATTENTION <= set(_operators())
 
 
 @pytest.mark.parametrize("case_id", [c[0] for c in _cases()])
