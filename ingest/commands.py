@@ -8,28 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".csv")
-# Capture-phase traces are sidecars that explain graph replays, not profiles of their own.
-SIDECAR_DIRS = {"capture_traces"}
-
-
-def discover(paths: list[str]) -> list[Path]:
-    """Trace files named directly or found under the directories named, sorted, sidecars left out."""
-    found: list[Path] = []
-    for name in paths:
-        path = Path(name)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if (
-                    child.is_file()
-                    and child.name.endswith(TRACE_SUFFIXES)
-                    and not SIDECAR_DIRS.intersection(child.relative_to(path).parts[:-1])
-                ):
-                    found.append(child)
-        else:
-            found.append(path)
-    return found
-
+from ingest.discovery import discover
 
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
 PARALLEL_MIN_BYTES = 20_000_000

@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from ingest.attribution import enclosing_stacks
+from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
 
@@ -49,7 +50,7 @@ CAPTURE_COLUMNS = {
 
 def capture_traces_for(trace_path: str | Path) -> list[Path]:
     """Capture traces paired with a replay trace by a sibling capture_traces/execution_details.json."""
-    folder = Path(trace_path).parent / "capture_traces"
+    folder = Path(trace_path).parent / CAPTURE_DIR
     sidecar = folder / "execution_details.json"
     if not sidecar.exists():
         return []

@@ -41,7 +41,7 @@ class HotshapeStore(dg.ConfigurableResource):
     # ---- traces -------------------------------------------------------------------------------
     def trace_keys(self) -> list[str]:
         """Every profile under the trace root as a relative posix path (sidecars left out)."""
-        from ingest.commands import discover
+        from ingest.discovery import discover
 
         root = Path(self.trace_root)
         if not root.is_dir():

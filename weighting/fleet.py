@@ -5,15 +5,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterable
 
 import yaml
 
+from ingest.discovery import is_profile
+
 PHASES = ("prefill", "decode", "mixed")
-# Files under the trace root that are profiles; sidecars (execution_details.json) are not.
-TRACE_SUFFIXES = (".json.gz", ".json", ".sqlite", ".csv")
-SIDECAR_NAMES = ("execution_details.json",)
 
 
 class FleetError(ValueError):
@@ -65,19 +64,6 @@ def _hardware_names() -> set[str]:
     from kernels_eval.hardware import load_hardware  # torch-free by contract
 
     return set(load_hardware())
-
-
-# Graph-capture traces (vLLM/SGLang `capture_traces/`) only serve to re-attribute graph replays
-# of the profile beside them; they are not profiles, so nobody need claim them.
-CAPTURE_DIR = "capture_traces"
-
-
-def is_profile(rel: str) -> bool:
-    """Whether a file under the trace root is a profile (not a sidecar or a graph-capture trace)."""
-    path = PurePosixPath(rel)
-    if CAPTURE_DIR in path.parts[:-1] or path.name in SIDECAR_NAMES:
-        return False
-    return path.name.endswith(TRACE_SUFFIXES)
 
 
 class _Root:

@@ -8,7 +8,8 @@ import warnings
 import numpy as np
 import polars as pl
 
-from weighting.fleet import PHASES, Fleet, FleetError, FleetWarning, is_profile
+from ingest.discovery import is_profile
+from weighting.fleet import PHASES, Fleet, FleetError, FleetWarning
 from weighting.schema import FLEET_WEIGHTS, validate
 
 KEY = ["operator", "shape", "phase"]

@@ -1,0 +1,36 @@
+"""Which files under a trace root are profiles: the one rule that ingest, weighting and the
+pipeline's trace sensor all apply."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+TRACE_SUFFIXES = (".json.gz", ".json", ".sqlite", ".csv")
+# Graph-capture traces (vLLM/SGLang `capture_traces/`) only explain the graph replays of the
+# profile beside them, and execution_details.json pairs them with it: neither is a profile.
+CAPTURE_DIR = "capture_traces"
+SIDECAR_NAMES = ("execution_details.json",)
+
+
+def is_profile(rel: str) -> bool:
+    """Whether a file (path relative to the trace root) is a profile of its own."""
+    path = PurePosixPath(rel)
+    if CAPTURE_DIR in path.parts[:-1] or path.name in SIDECAR_NAMES:
+        return False
+    return path.name.endswith(TRACE_SUFFIXES)
+
+
+def discover(paths: list[str]) -> list[Path]:
+    """Trace files named directly, or the profiles found under the directories named, sorted."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            found += [
+                child
+                for child in sorted(path.rglob("*"))
+                if child.is_file() and is_profile(child.relative_to(path).as_posix())
+            ]
+        else:
+            found.append(path)
+    return found
