@@ -92,9 +92,19 @@ def _load_model(path: Path, init_kwargs: dict):
     return module.Model(**init_kwargs).cuda()
 
 
+DO_BENCH_FLUSH_BYTES = 1 << 30
+
+
 def do_bench_median(path: Path, operator: str, problem: dict) -> float:
-    """triton.testing.do_bench median (cold L2: do_bench zeroes a 256 MB buffer before each call), seconds."""
+    """triton.testing.do_bench median with a cold L2, seconds.
+
+    do_bench zeroes a buffer before each call to flush L2; its stock 256 MB buffer takes ~60 µs to zero
+    on an H200, less than these models' host launch path (30-60 µs, up to 400 µs in the tail), so its
+    events then time the host, not the kernel (benchmarks/results/timing_stability/: a 17 µs kernel read
+    as 31 µs). A 1 GiB buffer keeps the GPU busy past the launch; the flush itself stays outside the events.
+    """
     import torch
+    import triton
     from triton.testing import do_bench
 
     model = _load_model(path, json.loads(problem["init_kwargs"]))
@@ -102,8 +112,15 @@ def do_bench_median(path: Path, operator: str, problem: dict) -> float:
     g.manual_seed(1234)
     inputs = registry.load_reference(operator).make_inputs(**json.loads(problem["input_kwargs"]), device="cuda",
                                                            generator=g)
-    with torch.no_grad():
-        ms = do_bench(lambda: model(**inputs), warmup=25, rep=200, return_mode="median")
+    driver = triton.runtime.driver.active
+    stock = driver.get_empty_cache_for_benchmark
+    flush = torch.empty(DO_BENCH_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    driver.get_empty_cache_for_benchmark = lambda: flush
+    try:
+        with torch.no_grad():
+            ms = do_bench(lambda: model(**inputs), warmup=25, rep=200, return_mode="median")
+    finally:
+        driver.get_empty_cache_for_benchmark = stock
     return ms / 1e3
 
 
@@ -149,8 +166,11 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
     return doc
 
 
-def phase_full(release, out: Path, ops: list[str] | None) -> dict:
+def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = None) -> dict:
     names = sorted({p["operator"] for p in release.problems if ops is None or p["operator"] in ops})
+    # per_op: a sample of each operator's problems spread over its sizes (to see where the time goes)
+    chosen = None if per_op is None else [p["problem_id"] for op in names
+                                          for p in spread(problems_by_size(release, op), per_op)]
     with tempfile.TemporaryDirectory(prefix="torch-fallback-") as tmp:
         sub = Path(tmp) / "torch_fallback_all"
         sub.mkdir()
@@ -158,14 +178,18 @@ def phase_full(release, out: Path, ops: list[str] | None) -> dict:
             (sub / f"{op}.py").write_text(f"from kernels_eval.operators.{op} import Model  # noqa: F401\n")
         t0 = time.monotonic()
         done = [0]
+        steps: dict[str, dict[str, float]] = {}  # operator -> evaluator step -> seconds
 
         def progress(problem, verdict):
             done[0] += 1
+            spent = steps.setdefault(problem.operator, {})
+            for k, s in (verdict.get("step_s") or {}).items():
+                spent[k] = spent.get(k, 0.0) + s
             if done[0] % 20 == 0 or verdict["stage"] not in ("adoption",):
                 log(f"    [{done[0]}] {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} "
                     f"{time.monotonic() - t0:6.0f} s {(verdict.get('error') or '')[:90]}")
 
-        rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, progress=progress)
+        rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, problems=chosen, progress=progress)
         wall = time.monotonic() - t0
     write_results(rows, out / "fallback.parquet", append=False)
     stages: dict[str, int] = {}
@@ -174,11 +198,42 @@ def phase_full(release, out: Path, ops: list[str] | None) -> dict:
     doc = {"problems": len(rows), "wall_s": wall, "native_rate": sum(r["native"] for r in rows) / max(len(rows), 1),
            "correct_rate": sum(r["correct"] for r in rows) / max(len(rows), 1), "stages": stages,
            "not_adoption": [{"problem_id": r["problem_id"], "operator": r["operator"], "stage": r["stage"],
-                             "error": r["error"]} for r in rows if r["stage"] != "adoption"]}
+                             "error": r["error"]} for r in rows if r["stage"] != "adoption"],
+           "step_s": steps}
     (out / "fallback.json").write_text(json.dumps(doc, indent=1, default=str))
     log(f"[full] {len(rows)} problems in {wall:.0f} s; adoption (native rate) {doc['native_rate']:.3f}; "
         f"correct {doc['correct_rate']:.3f}; stages {stages}")
+    totals: dict[str, float] = {}
+    for op, spent in sorted(steps.items()):
+        n = sum(r["operator"] == op for r in rows)
+        log(f"    {op:<28} {n:>3} problems " + " ".join(f"{k}={v:.1f}" for k, v in sorted(spent.items())))
+        for k, v in spent.items():
+            totals[k] = totals.get(k, 0.0) + v
+    log("    all steps (s): " + " ".join(f"{k}={v:.1f}" for k, v in sorted(totals.items())))
     return doc
+
+
+def phase_triton(release, out: Path, ops: list[str] | None) -> dict:
+    """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
+    the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
+    (score it with `hotshape score`)."""
+    sub = REPO / "examples" / "submissions" / "triton_reference"
+    t0 = time.monotonic()
+
+    def progress(problem, verdict):
+        t, roof = verdict.get("t_measured_s"), None
+        log(f"    {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} {_us(t):>10} "
+            f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
+            f"{(verdict.get('error') or '')[:100]}")
+
+    rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, progress=progress)
+    path = out / "triton_reference.parquet"
+    write_results(rows, path, append=path.exists())
+    stages: dict[str, int] = {}
+    for r in rows:
+        stages[r["stage"]] = stages.get(r["stage"], 0) + 1
+    log(f"[triton] {len(rows)} problems in {time.monotonic() - t0:.0f} s; stages {stages}")
+    return {"problems": len(rows), "stages": stages}
 
 
 def _us(x) -> str:
@@ -196,6 +251,7 @@ def main() -> int:
     ap.add_argument("--phases", default="adversarial,honest,full")
     ap.add_argument("--honest-per-op", type=int, default=10)
     ap.add_argument("--full-ops", default=None, help="comma-separated subset for the full phase")
+    ap.add_argument("--full-per-op", type=int, default=None, help="only this many problems per operator")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -205,8 +261,11 @@ def main() -> int:
         phase_adversarial(release, out)
     if "honest" in phases:
         phase_honest(release, out, args.honest_per_op)
+    if "triton" in phases:
+        phase_triton(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None)
     if "full" in phases:
-        phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None)
+        phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
+                   args.full_per_op)
     return 0
 
 

@@ -31,7 +31,10 @@ def _rss_bytes(pid: int) -> int:
 class WorkerProcess:
     """A running worker; `request` sends one command and waits for its reply within a deadline."""
 
-    def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float) -> None:
+    def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float,
+                 wait: bool = True) -> None:
+        """Spawn the worker; with wait=False return at once and let the first request wait for its ready
+        line (so the next operator's worker can import torch while the current one is judged)."""
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         env = dict(os.environ)
@@ -52,10 +55,23 @@ class WorkerProcess:
         os.close(cmd_r)
         os.close(res_w)
         self.cmd_w, self.res_r = cmd_w, res_r
-        self.request(None, start_timeout_s)
+        self.start_timeout_s = start_timeout_s
+        self.ready = False
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until the worker has started (imported torch and said so); WorkerDied if it cannot."""
+        if not self.ready:
+            self.request(None, self.start_timeout_s)
+            self.ready = True
 
     def request(self, message: dict | None, timeout_s: float) -> dict:
         """The worker's reply to `message` (None: wait for its ready line); WorkerDied when it cannot answer."""
+        if self.res_r < 0:
+            raise WorkerDied(f"worker was stopped{self._log_tail()}")
+        if message is not None and not self.ready:
+            self.wait_ready()
         try:
             if message is not None:
                 channel.send(self.cmd_w, message)

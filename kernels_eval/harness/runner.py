@@ -80,27 +80,46 @@ def detect_hardware(device: str, known: list[str] = ()) -> str:
 class OperatorJudge:
     """Runs one operator file's problems, respawning the worker whenever a candidate kills it."""
 
-    def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path) -> None:
+    def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path,
+                 worker: WorkerProcess | None = None) -> None:
         self.operator, self.file, self.config, self.workdir = operator, file, config, workdir
         self.spec = registry.spec(operator)
         self.reference = registry.load_reference(operator)
-        self.worker: WorkerProcess | None = None
+        self.worker: WorkerProcess | None = worker  # a pre-started one (see `start_worker`), or spawned on need
         self.exchange = Path(tempfile.mkdtemp(prefix=f"x-{operator}-", dir=workdir))
         self.log = workdir / f"{operator}.log"
         self.initialized_with = None
+        self.spent: dict[str, float] = {}  # seconds per evaluator step, for the run log (see `_clock`)
+
+    def _clock(self, step: str, began: float) -> None:
+        self.spent[step] = self.spent.get(step, 0.0) + time.monotonic() - began
 
     # ---- worker plumbing --------------------------------------------------------------------------------
 
     def _request(self, message: dict, timeout_s: float | None = None) -> dict:
-        if self.worker is None:
-            self.worker = WorkerProcess(device=self.config.device, log_path=self.log,
-                                        memory_bytes=int(self.config.memory_gb * 2**30),
-                                        start_timeout_s=self.config.start_timeout_s)
+        began = time.monotonic()
         try:
-            return self.worker.request(message, timeout_s or self.config.call_timeout_s)
+            if self.worker is None:
+                self.worker = start_worker(self.config, self.log, wait=True)
+            elif not self.worker.ready:
+                self.worker.wait_ready()
         except WorkerDied:
             self.worker = None
             raise
+        finally:
+            self._clock("spawn", began)
+        began = time.monotonic()
+        try:
+            reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
+        except WorkerDied:
+            self.worker = None
+            raise
+        finally:
+            self._clock(f"worker_{message['cmd']}", began)
+        for step, seconds in (reply.get("took_s") or {}).items() if isinstance(reply.get("took_s"), dict) else ():
+            if isinstance(seconds, (int, float)):
+                self.spent[f"in_worker_{step}"] = self.spent.get(f"in_worker_{step}", 0.0) + float(seconds)
+        return reply
 
     def close(self) -> None:
         if self.worker is not None:
@@ -164,17 +183,23 @@ class OperatorJudge:
         reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, **flags})
         if not reply.get("ok"):
             return reply, [reply.get("error", "call failed")], 0.0
+        began = time.monotonic()
         got = self._import(reply.get("outputs"))
         after = self._import(reply.get("inputs"))
+        self._clock("import", began)
+        began = time.monotonic()
         # references never write their inputs (operators/README.md), so `before` stays pristine
         before = self._reference_inputs(input_kwargs, seed)
         with torch.no_grad():
             expected = named_outputs(model(**before), self.spec.outputs)
+        self._clock("reference", began)
+        began = time.monotonic()
         failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs)
         failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
         del got, after, before, expected
         if self.config.device == "cuda":
             torch.cuda.empty_cache()
+        self._clock("compare", began)
         return reply, failures, err
 
     def evaluate_shapes(self, shapes: list[tuple[dict, dict]]) -> dict:
@@ -184,11 +209,15 @@ class OperatorJudge:
              "t_p90_s": None, "n_timed": None, "t_reference_s": None}
         launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
         gpu = self.config.device == "cuda"
+        self.spent = {}
+        v["step_s"] = self.spent
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
+                began = time.monotonic()
                 model = self.reference.Model(**init_kwargs)
                 if gpu:
                     model = model.to("cuda")
+                self._clock("reference_model", began)
                 reply = self._init(init_kwargs)
                 if not reply.get("ok"):
                     return self._fail(v, "compile", f"import/constructor failed: {reply.get('error')}")
@@ -331,13 +360,29 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
             "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     rows = []
     workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
+    spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
     try:
         by_op: dict[str, list[Problem]] = {}
         for p in chosen:
             by_op.setdefault(p.operator, []).append(p)
+        # Each operator's worker is started while the previous operator is judged: importing torch takes
+        # seconds of host time and touches no GPU (the CUDA context is made by its first command).
+        judged = [op for op in by_op if files.get(op) is not None and registry.is_benchmarkable(op)]
+
+        def prestart(op: str | None) -> None:
+            if op is not None and op not in spares:
+                try:
+                    spares[op] = start_worker(config, workdir / f"{op}.log", wait=False)
+                except OSError:
+                    pass  # started on demand instead
+
+        prestart(judged[0] if judged else None)
         for op, plist in by_op.items():
             file = files.get(op)
             verdicts: dict[str, dict] = {}
+            if op in judged:
+                following = judged.index(op) + 1
+                prestart(judged[following] if following < len(judged) else None)
             if file is None:
                 miss = {"stage": "compile", "compiled": False, "correct": False, "native": False,
                         "fallbacks": [], "error": f"the submission has no {op}.py"}
@@ -346,7 +391,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                 verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
                             for p in plist}
             else:
-                verdicts = _judge_operator(op, file, plist, config, workdir, progress)
+                verdicts = _judge_operator(op, file, plist, config, workdir, progress, spares.pop(op, None))
             sha = file_sha256(file) if file is not None else None
             for p in plist:
                 t_roof = roof.get(p.problem_id)
@@ -359,16 +404,24 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                         t_roof = None
                 rows.append(_row(base, p, verdicts[p.problem_id], sha, t_roof, config.device))
     finally:
+        for spare in spares.values():
+            spare.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
 
 
+def start_worker(config: EvalConfig, log_path: Path, wait: bool) -> WorkerProcess:
+    """A worker process for one operator file; wait=False returns while it is still importing torch."""
+    return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=int(config.memory_gb * 2**30),
+                         start_timeout_s=config.start_timeout_s, wait=wait)
+
+
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
-                    progress) -> dict[str, dict]:
+                    progress, worker: WorkerProcess | None = None) -> dict[str, dict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
     running out of memory) fails only that problem, with the error named."""
-    judge = OperatorJudge(op, file, config, workdir)
+    judge = OperatorJudge(op, file, config, workdir, worker)
     if config.device == "cpu":
         groups = [(plist, [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke])]
     else:

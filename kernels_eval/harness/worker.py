@@ -188,6 +188,7 @@ class Worker:
     def call(self, msg: dict) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
         torch = self.torch
+        began = time.perf_counter()
         self.kept = []
         if self.device == "cuda":
             torch.cuda.ipc_collect()
@@ -202,6 +203,8 @@ class Worker:
         else:
             inputs = self._make_inputs(msg["input_kwargs"], msg["seed"])
         self._sync()
+        took = {"inputs": time.perf_counter() - began}
+        began = time.perf_counter()
         audit = _audit_mode(poison=msg.get("poison", True))
         threads_before = set(threading.enumerate())
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
@@ -218,10 +221,14 @@ class Worker:
         if started:
             raise RuntimeError(f"the call left {len(started)} thread(s) of the submission running (work after return)")
         outputs = _as_named(out, self.outputs, torch)
+        took["run"] = time.perf_counter() - began
+        began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": audit.ops,
                  "outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
                  "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
                             if isinstance(v, torch.Tensor)}}
+        took["export"] = time.perf_counter() - began
+        reply["took_s"] = took
         self.kept = list(outputs.values())
         return reply
 

@@ -127,3 +127,21 @@ def test_worker_accepts_only_plain_tensors_under_the_operator_output_names():
         _as_named({"q": t}, ("q", "k"), torch)
     with pytest.raises(TypeError, match="returned 1 values"):
         _as_named([t], ("q", "k"), torch)
+
+
+def test_worker_started_ahead_answers_its_first_request_and_reports_a_death_before_ready(tmp_path):
+    from kernels_eval.harness.process import WorkerDied, WorkerProcess
+
+    ahead = WorkerProcess(device="cpu", log_path=tmp_path / "a.log", memory_bytes=8 << 30, start_timeout_s=120,
+                          wait=False)
+    try:
+        assert not ahead.ready  # returned while the worker was still importing torch
+        reply = ahead.request({"cmd": "no-such-command"}, 120)  # waits for the ready line first
+        assert ahead.ready and reply["ok"] is False and "no-such-command" in reply["error"]
+    finally:
+        ahead.close()
+    doomed = WorkerProcess(device="cpu", log_path=tmp_path / "b.log", memory_bytes=8 << 30, start_timeout_s=120,
+                           wait=False)
+    doomed.kill()
+    with pytest.raises(WorkerDied):
+        doomed.request({"cmd": "init"}, 5)
