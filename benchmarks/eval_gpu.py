@@ -220,8 +220,13 @@ def phase_triton(release, out: Path, ops: list[str] | None) -> dict:
     sub = REPO / "examples" / "submissions" / "triton_reference"
     t0 = time.monotonic()
 
+    partial = out / "triton_reference_progress.jsonl"  # each verdict as it lands: a run cut short keeps them
+
     def progress(problem, verdict):
-        t, roof = verdict.get("t_measured_s"), None
+        t = verdict.get("t_measured_s")
+        with partial.open("a") as fh:
+            fh.write(json.dumps({"problem_id": problem.problem_id, "operator": problem.operator,
+                                 **{k: v for k, v in verdict.items() if k != "step_s"}}, default=str) + "\n")
         log(f"    {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} {_us(t):>10} "
             f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.get('error') or '')[:100]}")

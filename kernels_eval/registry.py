@@ -23,6 +23,7 @@ class OperatorSpec:
     smoke: tuple[Smoke, ...]
     in_catalogue: bool
     order_free_outputs: tuple[str, ...] = ()
+    data_dependent_size: bool = False  # output lengths depend on input values (the host must read them)
 
 
 def operator_names() -> list[str]:
@@ -41,7 +42,8 @@ def spec(name: str) -> OperatorSpec:
     return OperatorSpec(name=name, init_keys=tuple(w.INIT_KEYS), input_keys=tuple(w.INPUT_KEYS),
                         outputs=tuple(w.OUTPUTS), inplace=dict(w.INPLACE), tolerance=dict(w.TOLERANCE),
                         smoke=tuple(w.SMOKE), in_catalogue=name in CATALOGUE_OPERATORS,
-                        order_free_outputs=tuple(getattr(w, "ORDER_FREE_OUTPUTS", ())))
+                        order_free_outputs=tuple(getattr(w, "ORDER_FREE_OUTPUTS", ())),
+                        data_dependent_size=bool(getattr(w, "DATA_DEPENDENT_SIZE", False)))
 
 
 def split_kwargs(operator: str, kwargs: dict) -> tuple[dict, dict]:

@@ -17,11 +17,18 @@ def named_outputs(out, names: tuple[str, ...]) -> dict:
     return {names[0]: out}
 
 
-def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tuple[str, ...] = ()) -> tuple[list[str], float]:
+def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tuple[str, ...] = (),
+                    ties: dict | None = None) -> tuple[list[str], float]:
     """(failures, max abs error over float outputs) of candidate outputs against the reference's; runs on the
-    reference's device, in chunks, so large outputs need no host copy and little extra memory."""
+    reference's device, in chunks, so large outputs need no host copy and little extra memory.
+
+    `ties` maps a selection output (top-k ids, say) to (scores, value output): the reference's score of every
+    candidate index ([..., n]) and the output holding the selected scores. Where the candidate selected other
+    indices than the reference, it still passes if the reference scores them within tolerance of what the
+    reference selected (near-ties that fp32 rounding orders either way), with no index chosen twice."""
     failures, max_err = [], 0.0
     atol, rtol = float(tolerance.get("atol", 0.0)), float(tolerance.get("rtol", 0.0))
+    ties = ties or {}
     for name, e in expected.items():
         g = got.get(name)
         if g is None:
@@ -32,6 +39,17 @@ def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tupl
             continue
         if g.dtype != e.dtype:
             failures.append(f"output {name!r} has dtype {g.dtype}, expected {e.dtype}")
+            continue
+        if g.device.type != e.device.type:
+            failures.append(f"output {name!r} is on {g.device.type}, expected {e.device.type}")
+            continue
+        if name in ties and not (g.is_floating_point() or e.is_floating_point()):
+            scores, value_name = ties[name]
+            bad = _untied_mismatches(g.detach().to(e.device), e.detach(), scores, expected[value_name], atol, rtol)
+            if bad:
+                failures.append(f"output {name!r}: {bad}/{e.numel()} selections differ from the reference's "
+                                f"and are not near-ties (reference score beyond atol={atol:g} rtol={rtol:g}, or an "
+                                "index chosen twice)")
             continue
         g, e = g.detach().to(e.device).reshape(-1), e.detach().reshape(-1)
         if name in order_free:
@@ -55,6 +73,22 @@ def compare_outputs(got: dict, expected: dict, tolerance: dict, order_free: tupl
             failures.append(f"output {name!r}: relative L1 error {s['err_sum'] / s['abs_sum']:.2%} is over "
                             f"{rtol * SYSTEMATIC_FRACTION:.2%} (systematic error inside the elementwise tolerance)")
     return failures, max_err
+
+
+def _untied_mismatches(g, e, scores, e_values, atol: float, rtol: float) -> int:
+    """Selections of `g` that differ from `e` and are not near-ties by the reference's `scores`."""
+    differ = g != e
+    if not bool(differ.any()):
+        return 0
+    n = scores.shape[-1]
+    index = g.long()
+    valid = (index >= 0) & (index < n)
+    picked = scores.float().gather(-1, index.clamp(0, n - 1))
+    want = e_values.float()
+    near = (picked - want).abs() <= atol + rtol * want.abs()
+    ordered = index.sort(dim=-1).values
+    repeated = (ordered[..., 1:] == ordered[..., :-1]).any(dim=-1, keepdim=True)
+    return int((differ & ~(valid & near & ~repeated)).sum())
 
 
 def _float_stats(g, e, atol: float, rtol: float) -> dict:

@@ -192,11 +192,13 @@ class OperatorJudge:
         before = self._reference_inputs(input_kwargs, seed)
         with torch.no_grad():
             expected = named_outputs(model(**before), self.spec.outputs)
+            tie_scores = getattr(self.reference, "tie_scores", None)
+            ties = tie_scores(model, before) if tie_scores is not None else None
         self._clock("reference", began)
         began = time.monotonic()
-        failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs)
+        failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
         failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
-        del got, after, before, expected
+        del got, after, before, expected, ties
         if self.config.device == "cuda":
             torch.cuda.empty_cache()
         self._clock("compare", began)
@@ -252,7 +254,8 @@ class OperatorJudge:
                 return self._fail(v, "adoption", str(exc), errors)
             if not prof.get("ok"):
                 return self._fail(v, "adoption", f"profiling failed: {prof.get('error')}", errors)
-            verdict = adoption.gpu_adoption(prof["kernel_us"], launches + prof.get("launches", []), aten_ops)
+            verdict = adoption.gpu_adoption(prof["kernel_us"], launches + prof.get("launches", []), aten_ops,
+                                            host_reads_exempt=self.spec.data_dependent_size)
         else:
             prof = None
             verdict = adoption.cpu_adoption(launches, aten_ops)

@@ -13,6 +13,9 @@ INPLACE: dict[str, str] = {}
 TOLERANCE = {"atol": 0, "rtol": 0}
 # Order inside one expert's run is implementation-defined (atomics): compare it as a multiset per run.
 ORDER_FREE_OUTPUTS = ("sorted_token_ids",)
+# sorted_token_ids and expert_ids are as long as the padded runs need: the host must read that length
+# before allocating them (the reference does too), so that one device-to-host read is not a fallback.
+DATA_DEPENDENT_SIZE = True
 SMOKE = (Smoke({"block_size": 4, "num_experts": 8}, {"token_count": 5, "num_experts": 8, "top_k": 2}),
          Smoke({"block_size": 16, "num_experts": 16}, {"token_count": 1, "num_experts": 16, "top_k": 4}))
 

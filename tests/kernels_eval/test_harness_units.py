@@ -145,3 +145,42 @@ def test_worker_started_ahead_answers_its_first_request_and_reports_a_death_befo
     doomed.kill()
     with pytest.raises(WorkerDied):
         doomed.request({"cmd": "init"}, 5)
+
+
+def test_topk_ids_may_differ_only_at_near_ties_of_the_reference_scores():
+    from kernels_eval import registry
+
+    ref = registry.load_reference("moe_topk_gating_softmax")
+    spec = registry.spec("moe_topk_gating_softmax")
+    model = ref.Model(top_k=2)
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0 + 1e-6, -1.0]])  # experts 2 and 3 near-tied for second place
+    expected = named_outputs(model(gating_output=logits), spec.outputs)
+    ties = ref.tie_scores(model, {"gating_output": logits})
+    assert expected["topk_ids"].tolist() == [[0, 3]]
+
+    def judged(ids):
+        got = {"topk_weights": expected["topk_weights"].clone(), "topk_ids": torch.tensor([ids], dtype=torch.int32)}
+        return compare_outputs(got, expected, spec.tolerance, spec.order_free_outputs, ties)[0]
+
+    assert judged([0, 3]) == [] and judged([0, 2]) == []  # the near-tie, either way
+    assert "not near-ties" in judged([0, 1])[0]  # a clearly smaller probability
+    assert "not near-ties" in judged([0, 0])[0]  # the top expert twice
+    assert "exact match" in compare_outputs({"topk_weights": expected["topk_weights"],
+                                             "topk_ids": torch.tensor([[0, 2]], dtype=torch.int32)},
+                                            expected, spec.tolerance)[0][0]  # without the scores: exact
+
+
+def test_host_read_of_a_data_dependent_length_is_exempt_only_where_the_contract_needs_it():
+    own = [{"name": "align_kernel", "owned": True}]
+    profile = {"align_kernel": 8.0, "Memcpy DtoH (Device -> Pinned)": 2.0}
+    assert not adoption.gpu_adoption(profile, own, {})["native"]  # 80%: a read counts by default
+    exempt = adoption.gpu_adoption(profile, own, {}, host_reads_exempt=True)
+    assert exempt["native"] and exempt["native_fraction"] == 1.0 and exempt["fallbacks"][0].startswith("exempt:")
+    pushed = adoption.gpu_adoption({**profile, "Memcpy HtoD (Pinned -> Device)": 2.0}, own, {}, host_reads_exempt=True)
+    assert not pushed["native"]  # results copied back from the host still count
+
+
+def test_outputs_must_be_on_the_reference_device():
+    e = _bf16()
+    meta = {"out": e.to("meta")}
+    assert "is on meta, expected cpu" in compare_outputs(meta, {"out": e}, TOL)[0][0]

@@ -64,8 +64,8 @@ def fp8_per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, n_rows, n_cols, x_stride
     if ONE_PASS:
         mask = row_ok[:, None] & (cols[None, :] < n_cols)
         x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-12) / fp8_max
-        q = tl.clamp(x / scale[:, None], -fp8_max, fp8_max)
+        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), 1e-12), fp8_max)
+        q = tl.clamp(tl.math.div_rn(x, scale[:, None]), -fp8_max, fp8_max)
         tl.store(q_row + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
     else:
         amax = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -74,12 +74,12 @@ def fp8_per_token_quant_kernel(x_ptr, q_ptr, scale_ptr, n_rows, n_cols, x_stride
             mask = row_ok[:, None] & (c[None, :] < n_cols)
             x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(x))
-        scale = tl.maximum(tl.max(amax, axis=1), 1e-12) / fp8_max
+        scale = tl.math.div_rn(tl.maximum(tl.max(amax, axis=1), 1e-12), fp8_max)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_ok[:, None] & (c[None, :] < n_cols)
             x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            q = tl.clamp(x / scale[:, None], -fp8_max, fp8_max)
+            q = tl.clamp(tl.math.div_rn(x, scale[:, None]), -fp8_max, fp8_max)
             tl.store(q_row + c[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + rows64, scale, mask=row_ok)
 

@@ -75,9 +75,9 @@ def fused_rmsnorm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, scale_ptr, res_out_
         inv = tl.rsqrt(tl.sum(sf * sf, axis=1) / n_cols + eps)
         w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         y = sf * inv[:, None] * w[None, :]
-        scale = tl.max(tl.abs(y), axis=1) / fp8_max
+        scale = tl.math.div_rn(tl.max(tl.abs(y), axis=1), fp8_max)
         scale = tl.where(scale == 0.0, 1.0, scale)
-        q = tl.clamp(y / scale[:, None], -fp8_max, fp8_max)
+        q = tl.clamp(tl.math.div_rn(y, scale[:, None]), -fp8_max, fp8_max)
         tl.store(q_row + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -99,14 +99,14 @@ def fused_rmsnorm_quant_kernel(x_ptr, res_ptr, w_ptr, q_ptr, scale_ptr, res_out_
             sf = tl.load(ro_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + c, mask=c < n_cols, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(sf * inv[:, None] * w[None, :]))
-        scale = tl.max(amax, axis=1) / fp8_max
+        scale = tl.math.div_rn(tl.max(amax, axis=1), fp8_max)
         scale = tl.where(scale == 0.0, 1.0, scale)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_ok[:, None] & (c[None, :] < n_cols)
             sf = tl.load(ro_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + c, mask=c < n_cols, other=0.0).to(tl.float32)
-            q = tl.clamp(sf * inv[:, None] * w[None, :] / scale[:, None], -fp8_max, fp8_max)
+            q = tl.clamp(tl.math.div_rn(sf * inv[:, None] * w[None, :], scale[:, None]), -fp8_max, fp8_max)
             tl.store(q_row + c[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + rows64, scale, mask=row_ok)
 

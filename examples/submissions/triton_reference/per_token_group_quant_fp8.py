@@ -63,8 +63,8 @@ def group_quant_fp8_kernel(x_ptr, q_ptr, scale_ptr, n_rows, n_cols, fp8_max, min
     mask = row_ok[:, None] & (cols[None, :] < n_cols)
     offs = rows64[:, None] * n_cols + cols[None, :]
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1) / fp8_max, min_scale)
-    q = tl.clamp(x / scale[:, None], -fp8_max, fp8_max)
+    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=1), fp8_max), min_scale)
+    q = tl.clamp(tl.math.div_rn(x, scale[:, None]), -fp8_max, fp8_max)
     tl.store(q_ptr + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + rows64, scale, mask=row_ok)
 
