@@ -38,7 +38,10 @@ MEMORY_BOUND = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "l2_norm", "la
                 "fused_qk_rmsnorm", "fp8_dynamic_per_token_quant", "per_token_group_quant_fp8", "fused_rmsnorm_quant",
                 "moe_sum_reduce", "reshape_and_cache", "moe_topk_gating_softmax"}
 ROPE_ROUTING_ATTENTION = {"fused_qkv_rope", "mrope", "moe_align_block_size", "moe_count_and_sort", "topk_filter",
-                          "causal_conv1d", "embedding", "paged_attention_decode", "unified_attention"}
+                          "causal_conv1d", "embedding", "paged_attention_decode", "unified_attention",
+                          "attention_forward", "mla_decode_attention"}
+MOE_AND_LINEAR_ATTENTION = {"fused_moe", "fp8_blockscale_fused_moe", "gated_delta_rule_update",
+                            "chunk_delta_rule_output", "chunk_gated_delta_rule_state"}
 
 # Shapes beyond the registry's smoke set that reach other code paths: rows wider than the register
 # budget (two-pass kernels), multi-dim inputs, padded cache slots, non-power-of-two expert counts, GEMM
@@ -77,6 +80,31 @@ EXTRA = {
                                      "head_size": 64, "block_size": 16, "dtype": "bf16"})],
     "unified_attention": [({}, {"num_seqs": 3, "seq_lens": [150, 5, 70], "query_lens": [150, 1, 3],
                                 "num_query_heads": 4, "num_kv_heads": 2, "head_size": 72, "block_size": 16})],
+    "attention_forward": [({}, {"num_heads": 2, "head_dim": 72, "seq_lens": [150, 0, 70]})],
+    "mla_decode_attention": [({"nhead": 20, "kv_lora_rank": 64, "qk_rope_head_dim": 16},
+                              {"batch_size": 2, "ctx_len": 600, "nhead": 20, "kv_lora_rank": 64,
+                               "qk_rope_head_dim": 16})],
+    "block_scaled_mm": [({"group_n": 32, "group_k": 64},
+                         {"m": 70, "n": 96, "k": 192, "group_n": 32, "group_k": 64})],
+    "fused_moe": [({"num_experts": 6, "intermediate_size": 70, "top_k": 3},
+                   {"token_count": 37, "hidden_size": 200, "intermediate_size": 70, "num_experts": 6, "top_k": 3}),
+                  ({"num_experts": 4, "intermediate_size": 48, "top_k": 1},
+                   {"token_count": 70, "hidden_size": 96, "intermediate_size": 48, "num_experts": 4, "top_k": 1})],
+    "fp8_blockscale_fused_moe": [({"num_experts": 5, "intermediate_size": 256, "top_k": 3},
+                                  {"token_count": 7, "hidden_size": 384, "intermediate_size": 256, "num_experts": 5,
+                                   "top_k": 3}),
+                                 ({"num_experts": 3, "intermediate_size": 128, "top_k": 1},
+                                  {"token_count": 5, "hidden_size": 256, "intermediate_size": 128, "num_experts": 3,
+                                   "top_k": 1})],
+    "gated_delta_rule_update": [({"softplus_beta": 2.0, "softplus_threshold": 1.0, "use_qk_l2norm": True},
+                                 {"token_count": 6, "num_v_heads": 3, "state_count": 5, "value_dim": 40,
+                                  "num_q_heads": 1, "key_dim": 24, "batch_size": 3})],
+    "chunk_delta_rule_output": [({"chunk_size": 12}, {"token_count": 40, "num_v_heads": 3, "value_dim": 24,
+                                                      "num_q_heads": 1, "chunk_size": 12, "key_dim": 40,
+                                                      "batch_size": 2})],
+    "chunk_gated_delta_rule_state": [({"chunk_size": 12}, {"token_count": 40, "num_v_heads": 3, "state_count": 4,
+                                                           "value_dim": 24, "key_dim": 40, "num_k_heads": 1,
+                                                           "batch_size": 2})],
 }
 
 
@@ -108,11 +136,15 @@ def results() -> dict:
 
 
 def test_submission_covers_the_memory_bound_operators():
-    assert MEMORY_BOUND | {"linear_sigmoid_mul", "gemm"} <= set(_operators())
+    assert MEMORY_BOUND | {"linear_sigmoid_mul", "gemm", "block_scaled_mm"} <= set(_operators())
 
 
 def test_submission_covers_the_rope_routing_sampling_and_attention_operators():
     assert ROPE_ROUTING_ATTENTION <= set(_operators())
+
+
+def test_submission_covers_the_moe_and_linear_attention_operators():
+    assert MOE_AND_LINEAR_ATTENTION <= set(_operators())
 
 
 @pytest.mark.parametrize("case_id", [c[0] for c in _cases()])
