@@ -1,10 +1,11 @@
 """Ingest speed and peak memory on one large trace: hotshape vs HTA's load vs bare JSON parsing.
 
-Each contender runs in a fresh process (so peak RSS is its own), REPEATS times; the table shows
-the median wall time and the median peak RSS. Usage (see benchmarks/README.md):
+Each contender runs in a fresh process (so peak RSS is its own), REPEATS times, in rounds of one
+run each; the table shows the medians of wall time, CPU time and peak RSS. Usage (see
+benchmarks/README.md):
 
     python benchmarks/ingest_vs_hta.py TRACE --hotshape-python .venv/bin/python \
-        --hta-python benchmarks/.venv/bin/python [--repeats 3] [--json OUT.json]
+        --hta-python benchmarks/.venv/bin/python [--repeats 5] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -67,16 +68,20 @@ def main() -> int:
     parser.add_argument("trace", type=Path)
     parser.add_argument("--hotshape-python", default=sys.executable)
     parser.add_argument("--hta-python", default=None, help="python with HolisticTraceAnalysis installed")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     pythons = {"hotshape": args.hotshape_python, "hta": args.hta_python}
     raw_mb = len(__import__("gzip").decompress(args.trace.read_bytes())) / 1e6
+    contenders = {name: (pythons[env], code) for name, (env, code) in CONTENDERS.items() if pythons[env] is not None}
+    # Rounds of one run per contender, so that a change in the machine's load hits all of them alike.
+    runs_of: dict[str, list] = {name: [] for name in contenders}
+    load_before = os.getloadavg()[0]
+    for _ in range(args.repeats):
+        for name, (python, code) in contenders.items():
+            runs_of[name].append(run_once(python, code, args.trace))
     rows = []
-    for name, (env, code) in CONTENDERS.items():
-        if pythons[env] is None:
-            continue
-        runs = [run_once(pythons[env], code, args.trace) for _ in range(args.repeats)]
+    for name, runs in runs_of.items():
         rows.append(
             {
                 "contender": name,
@@ -87,8 +92,9 @@ def main() -> int:
                 "cpu_s": statistics.median(r[2] for r in runs),
             }
         )
+    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]  # 1-minute load average, before and after
     base = {r["contender"]: r for r in rows}
-    print(f"trace: {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz, {raw_mb:.1f} MB JSON)")
+    print(f"trace: {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz, {raw_mb:.1f} MB JSON), load {load}")
     print(f"{'contender':<26}{'wall s':>8}{'cpu s':>8}{'peak RSS MB':>13}{'wall vs HTA':>13}{'cpu vs HTA':>12}")
     hta = base.get("HTA TraceAnalysis")
     for r in rows:
@@ -96,7 +102,8 @@ def main() -> int:
         cpu_ratio = f"{hta['cpu_s'] / r['cpu_s']:.1f}x" if hta else "-"
         print(f"{r['contender']:<26}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['peak_rss_mb']:>13.0f}{wall_ratio:>13}{cpu_ratio:>12}")
     if args.json:
-        args.json.write_text(json.dumps({"trace": str(args.trace), "json_mb": raw_mb, "rows": rows}, indent=2) + "\n")
+        doc = {"trace": str(args.trace), "json_mb": raw_mb, "repeats": args.repeats, "load_average": load, "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

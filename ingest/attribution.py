@@ -2,170 +2,232 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from itertools import repeat
+from operator import and_, attrgetter, is_
 
 import msgspec
 import polars as pl
-import pyarrow as pa
 
-from ingest.kineto import NULL_JSON, CpuRange, KinetoTrace
-from ingest.schema import KERNEL_EVENTS, validate
+from ingest.kineto import KinetoTrace
+from ingest.kineto_json import NULL_JSON
+from ingest.schema import KERNEL_EVENT_COLUMNS
 
 GRAPH_LAUNCH_NAMES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+CHAIN_COLUMNS = ("op_chain", "op_chain_args", "op", "input_dims", "input_types", "concrete_inputs", "annotation")
 
 
-def enclosing_stacks(ranges: list[CpuRange], points: list[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
-    """For each (ts_ns, key) point, the indices into `ranges` of the ranges enclosing it, outermost first.
+def enclosures(starts: pl.Series, ends: pl.Series, points: pl.Series) -> pl.DataFrame:
+    """Every (point, range) pair where the range [start, end) encloses the point (a time), as
+    indices into `points` and into `starts`/`ends`: a range starting at the same instant as a
+    point encloses it; one ending at or before it does not. Rows are grouped by point and, within
+    a point, run outermost range first (by start, longest first, then input order).
 
-    One sweep over the thread's ranges and points sorted by start: a range starting at the same
-    instant as a point encloses it; a range ending at or before a point does not.
+    A range encloses a run of the points sorted by time, found by two binary searches, so the
+    work is that of the output (Σ stack depth over points), with no Python loop over ranges.
     """
-    order = sorted(range(len(ranges)), key=lambda i: (ranges[i].ts_ns, -ranges[i].end_ns))
-    points = sorted(points)
-    stack: list[int] = []
-    result: dict[int, tuple[int, ...]] = {}
-    r = 0
-    n = len(order)
-    for ts, key in points:
-        while r < n and ranges[order[r]].ts_ns <= ts:
-            idx = order[r]
-            start = ranges[idx].ts_ns
-            while stack and ranges[stack[-1]].end_ns <= start:
-                stack.pop()
-            stack.append(idx)
-            r += 1
-        while stack and ranges[stack[-1]].end_ns <= ts:
-            stack.pop()
-        # Ranges that overlap without nesting (clock skew between writers) can leave entries
-        # below the top that ended already; keep only those that really enclose the point.
-        result[key] = tuple(i for i in stack if ranges[i].end_ns > ts)
-    return result
-
-
-class _ChainCache:
-    """Row values of op stacks; each range's JSON is rendered once, however many stacks hold it."""
-
-    def __init__(self, ranges: list[CpuRange]):
-        self.ranges = ranges
-        self.entries: dict[int, str] = {}
-
-    def entry(self, i: int) -> tuple:
-        hit = self.entries.get(i)
-        if hit is None:
-            args = self.ranges[i].args()
-            if args.dims is NULL_JSON and args.types is NULL_JSON:
-                hit = ("null", args)
-            else:
-                # One compaction pass over the whole entry; the separators cannot occur inside its
-                # parts (dims are numbers, and a quote inside a JSON string is escaped).
-                text = _compact(b'{"dims":%b,"types":%b,"concrete":%b}' % (args.dims, args.types, args.concrete))
-                t = text.index(',"types":')
-                c = text.index(',"concrete":', t)
-                hit = (text, args, (text[8:t], text[t + 9 : c], text[c + 12 : -1]))
-            self.entries[i] = hit
-        return hit
-
-    def get(self, chain: tuple[int, ...]) -> tuple:
-        rs = [self.ranges[i] for i in chain]
-        entries = [self.entry(i) for i in chain]
-        op = annotation = None
-        for i in range(len(rs) - 1, -1, -1):
-            if rs[i].is_op:
-                op = i if op is None else op
-            elif annotation is None:
-                annotation = i
-        dims = types = concrete = None
-        if op is not None and len(entries[op]) == 3:
-            dims, types, concrete = entries[op][2]
-        return (
-            [r.name for r in rs],
-            "[" + ",".join(e[0] for e in entries) + "]" if rs else None,
-            rs[op].name if op is not None else None,
-            dims,
-            types,
-            concrete,
-            rs[annotation].name if annotation is not None else None,
-            {e[1].external_id for e in entries},
+    by_time = points.arg_sort()
+    sorted_points = points.gather(by_time)
+    pairs = (
+        pl.DataFrame(
+            {
+                "range": pl.int_range(len(starts), eager=True),
+                "start": starts,
+                "end": ends,
+                "first": sorted_points.search_sorted(starts, side="left"),
+                "stop": sorted_points.search_sorted(ends, side="left"),
+            }
         )
+        .filter(pl.col("stop") > pl.col("first"))  # most ranges enclose no point at all
+        .sort("start", "end", descending=[False, True], maintain_order=True)  # outermost first
+        .select("range", position=pl.int_ranges("first", "stop"))
+        .explode("position")
+        .sort("position", maintain_order=True)  # stable: each point's ranges stay outermost first
+    )
+    return pl.DataFrame({"point": by_time.gather(pairs["position"]), "range": pairs["range"]})
 
 
-def _compact(raw: bytes) -> str:
-    # Kineto pretty-prints args over many lines; rows carry the compact form.
-    return msgspec.json.format(raw, indent=-1).decode()
+def enclosing_stacks(ranges: list, points: list[tuple[int, int]]) -> dict:
+    """For each (ts_ns, key) point (keys distinct), the indices into `ranges` (objects with ts_ns,
+    end_ns) enclosing it, outermost first."""
+    found = enclosures(
+        pl.Series([r.ts_ns for r in ranges], dtype=pl.Int64),
+        pl.Series([r.end_ns for r in ranges], dtype=pl.Int64),
+        pl.Series([ts for ts, _ in points], dtype=pl.Int64),
+    )
+    stacks: dict = {key: [] for _, key in points}
+    for p, r in zip(found["point"].to_list(), found["range"].to_list()):
+        stacks[points[p][1]].append(r)
+    return {key: tuple(stack) for key, stack in stacks.items()}
+
+
+def launch_enclosures(trace: KinetoTrace, rows: list[int]) -> pl.DataFrame:
+    """The CPU ranges enclosing each launch row of `rows` on its thread: (point: index into
+    `rows`, range: row of trace.ranges) pairs, as `enclosures` orders them."""
+    launches, ranges = trace.launches, trace.ranges
+    threads = list(map(launches.thread.__getitem__, rows))
+    by_thread: dict[tuple, list[int]] = {thread: [] for thread in set(threads)}
+    if len(by_thread) == 1:
+        by_thread[threads[0]] = list(range(len(rows)))
+    else:
+        for i, thread in enumerate(threads):
+            by_thread[thread].append(i)
+    ts_ns = launches.ts_ns.gather(rows)
+    parts = [pl.DataFrame({"point": [], "range": []}, schema={"point": pl.Int64, "range": pl.Int64})]
+    for thread, idx in by_thread.items():
+        sub = ranges.thread_rows.get(thread)
+        if sub is not None:
+            idx = pl.Series(idx, dtype=pl.Int64)
+            found = enclosures(ranges.ts_ns.gather(sub), ranges.end_ns.gather(sub), ts_ns.gather(idx))
+            parts.append(pl.DataFrame({"point": idx.gather(found["point"]), "range": sub.gather(found["range"])}))
+    return pl.concat(parts)
+
+
+class Chains:
+    """The op stacks of a trace's launch rows, and their distinct contents as kernel_events values.
+
+    Stacks hold different range instances (every step runs its ops again) but few distinct
+    contents: an entry is (name, is_op, shape args), a chain a sequence of entries, and each
+    distinct chain's values are built once, then gathered per activity.
+    """
+
+    def __init__(self, trace: KinetoTrace, rows: list[int]):
+        found = launch_enclosures(trace, rows)
+        used = found["range"].unique().sort()
+        member = used.search_sorted(found["range"])  # each pair's range as an index into used
+        used_rows = used.to_list()
+        args = trace.op_args(used_rows)
+        dims, types = list(map(attrgetter("dims"), args)), list(map(attrgetter("types"), args))
+        keys = list(  # hashable entry contents, built without a Python-level loop over the ranges
+            zip(
+                trace.ranges.names(used_rows),
+                trace.ranges.is_op(used_rows),
+                map(and_, map(is_, dims, repeat(NULL_JSON)), map(is_, types, repeat(NULL_JSON))),  # no shape
+                map(b"\0".join, zip(dims, types, map(attrgetter("concrete"), args))),  # JSON text holds no NUL
+            )
+        )
+        entry_ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        self.entries = list(entry_ids)
+        stacks = (
+            pl.DataFrame({"point": found["point"], "entry": pl.Series(list(map(entry_ids.__getitem__, keys))).gather(member)})
+            .group_by("point", maintain_order=True)
+            .agg("entry")
+        )
+        stack_of = dict(zip(stacks["point"].to_list(), map(tuple, stacks["entry"].to_list())))
+        chain_ids: dict[tuple, int] = {(): 0}  # chain 0: the empty stack
+        self.chain = [chain_ids.setdefault(stack_of.get(i, ()), len(chain_ids)) for i in range(len(rows))]
+        self.chains = list(chain_ids)
+        self._pairs = pl.DataFrame({"point": found["point"], "member": member})
+        self._args = args
+
+    def external_ids(self, launches: set[int]) -> set[tuple[int, int | None]]:
+        """(launch, External id) of every range enclosing the given launches (places in `rows`)."""
+        if not launches:
+            return set()
+        pairs = self._pairs.filter(pl.col("point").is_in(list(launches)))
+        external_id = list(map(attrgetter("external_id"), self._args))
+        return set(zip(pairs["point"].to_list(), map(external_id.__getitem__, pairs["member"].to_list())))
+
+    def frame(self) -> tuple[pl.DataFrame, list[bool]]:
+        """The chains' column values (one row per chain) and whether each chain holds an op."""
+        rendered: dict[tuple, tuple] = {}
+        columns: dict[str, list] = {name: [] for name in CHAIN_COLUMNS}
+        has_op = []
+        for chain in self.chains:
+            entries = [self.entries[e] for e in chain]
+            texts = []
+            for _, _, no_shape, shape in entries:
+                hit = rendered.get((no_shape, shape))
+                if hit is None:
+                    hit = rendered[no_shape, shape] = _render(no_shape, *shape.split(b"\0"))
+                texts.append(hit)
+            ops = [k for k, entry in enumerate(entries) if entry[1]]
+            annotations = [k for k, entry in enumerate(entries) if not entry[1]]
+            op = ops[-1] if ops else None
+            dims, types, concrete = texts[op][1] if op is not None else (None, None, None)
+            columns["op_chain"].append([entry[0] for entry in entries])
+            columns["op_chain_args"].append("[" + ",".join(text for text, _ in texts) + "]" if entries else None)
+            columns["op"].append(entries[op][0] if op is not None else None)
+            columns["input_dims"].append(dims)
+            columns["input_types"].append(types)
+            columns["concrete_inputs"].append(concrete)
+            columns["annotation"].append(entries[annotations[-1]][0] if annotations else None)
+            has_op.append(op is not None)
+        return pl.DataFrame(columns, schema={name: KERNEL_EVENT_COLUMNS[name] for name in CHAIN_COLUMNS}), has_op
+
+
+def _render(no_shape: bool, dims: bytes, types: bytes, concrete: bytes) -> tuple[str, tuple]:
+    """An op's entry in op_chain_args and its (dims, types, concrete) columns, compact JSON."""
+    if no_shape:
+        return "null", (None, None, None)
+    # Kineto pretty-prints args over many lines; rows carry the compact form. One compaction pass
+    # over the whole entry; the separators cannot occur inside its parts (dims are numbers, and a
+    # quote inside a JSON string is escaped).
+    text = msgspec.json.format(b'{"dims":%b,"types":%b,"concrete":%b}' % (dims, types, concrete), indent=-1).decode()
+    t = text.index(',"types":')
+    c = text.index(',"concrete":', t)
+    return text, (text[8:t], text[t + 9 : c], text[c + 12 : -1])
 
 
 def attribute(trace: KinetoTrace) -> pl.DataFrame:
     """The trace's GPU activities as kernel_events rows, each linked to its launch row and op stack."""
-    # Launch points per thread: only launch rows that some GPU activity refers to.
-    wanted = {a.correlation for a in trace.activities if a.correlation is not None}
-    points_by_thread: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-    for correlation in wanted:
-        row = trace.launches.get(correlation)
-        if row is not None:
-            points_by_thread[row.thread].append((row.ts_ns, correlation))
-    chain_of: dict[int, tuple] = {}
-    for thread, points in points_by_thread.items():
-        ranges = trace.ranges.get(thread, [])
-        cache = _ChainCache(ranges)
-        for correlation, chain in enclosing_stacks(ranges, points).items():
-            chain_of[correlation] = cache.get(chain)
+    acts, launches = trace.activities, trace.launches
+    launch_row = list(map(launches.row_of.get, acts.correlation))  # None: no launch row in the window
+    rows = sorted(set(launch_row) - {None})
+    at = list(map(dict(zip(rows, range(len(rows)))).get, launch_row))  # the launch's place in rows
+    chains = Chains(trace, rows)
+    chain_frame, chain_has_op = chains.frame()
+    chain = [0 if i is None else chains.chain[i] for i in at]
 
-    # Order within a graph launch: kernels sharing one graph launch's correlation, by start time.
-    members_of: dict[int, list[int]] = defaultdict(list)
-    for i, a in enumerate(trace.activities):
-        if a.correlation is not None:
-            members_of[a.correlation].append(i)
-    graph_index: dict[int, int] = {}  # activity index -> position in its graph launch
-    ordered: set[int] = set()  # correlations whose graph kernels are numbered
+    launch = [None if r is None else launches.name[r] for r in launch_row]
+    graph_launches = {name for name in set(launch) - {None} if name.startswith(GRAPH_LAUNCH_NAMES)}
+    graph = [g or name in graph_launches for g, name in zip(acts.graph_node, launch)]
+    attribution = [
+        "unattributed" if i is None else "graph_replay" if g else "direct" if chain_has_op[c] else "launch_only"
+        for i, g, c in zip(at, graph, chain)
+    ]
+    # Since PyTorch 2.1 a kernel's `External id` is its enclosing op's; before, the launch row's.
+    # Both are usually the launch row's too: the op stacks' ids are read only for launches where not.
+    launch_ids = launches.external_id
+    checked = [x is not None and not g and i is not None for x, g, i in zip(acts.external_id, graph, at)]
+    unsure = {i for c, x, i, r in zip(checked, acts.external_id, at, launch_row) if c and x != launch_ids[r]}
+    enclosing_ids = chains.external_ids(unsure)
+    agrees = [
+        (x == launch_ids[r] or (i, x) in enclosing_ids) if c else None
+        for c, x, i, r in zip(checked, acts.external_id, at, launch_row)
+    ]
+    frame = pl.DataFrame(
+        {
+            "kernel": acts.name,
+            "category": acts.category,
+            "ts_ns": acts.ts_ns,
+            "dur_ns": acts.dur_ns,
+            "device": acts.device,
+            "stream": acts.stream,
+            "correlation": acts.correlation,
+            "launch": launch,
+            "graph_launch": graph,
+            "graph_kernel_index": _graph_kernel_index(acts, graph) if any(graph) else [None] * len(graph),
+            "external_id_agrees": agrees,
+            "attribution": attribution,
+        },
+        schema={name: dtype for name, dtype in KERNEL_EVENT_COLUMNS.items() if name not in CHAIN_COLUMNS and name != "trace_id"},
+    )
+    return pl.concat([frame, chain_frame[chain]], how="horizontal").select(
+        pl.lit(trace.trace_id, pl.String).alias("trace_id"), *(name for name in KERNEL_EVENT_COLUMNS if name != "trace_id")
+    )
 
-    trace_id, launches = trace.trace_id, trace.launches
-    empty = ([], None, None, None, None, None, None, set())
-    rows = []
-    for i, a in enumerate(trace.activities):
-        row = launches.get(a.correlation) if a.correlation is not None else None
-        names, args_json, op, dims, types, concrete, annotation, chain_ext_ids = (
-            chain_of.get(a.correlation, empty) if row is not None else empty
-        )
-        graph = a.graph_node or (row is not None and row.name.startswith(GRAPH_LAUNCH_NAMES))
-        if graph and a.correlation not in ordered:
-            ordered.add(a.correlation)
-            members = sorted(members_of[a.correlation], key=lambda j: trace.activities[j].ts_ns)
-            graph_index.update((j, k) for k, j in enumerate(members))
-        if row is None:
-            attribution = "unattributed"
-        elif graph:
-            attribution = "graph_replay"
-        elif op is not None:
-            attribution = "direct"
-        else:
-            attribution = "launch_only"
-        rows.append(
-            (
-                trace_id,
-                a.name,
-                a.category,
-                a.ts_ns,
-                a.dur_ns,
-                a.device,
-                a.stream,
-                a.correlation,
-                row.name if row is not None else None,
-                op,
-                names,
-                args_json,
-                dims,
-                types,
-                concrete,
-                annotation,
-                graph,
-                graph_index.get(i) if graph else None,
-                # Since PyTorch 2.1 a kernel's `External id` is its enclosing op's; before, the launch row's.
-                None
-                if a.external_id is None or graph or row is None
-                else a.external_id in chain_ext_ids or a.external_id == row.external_id,
-                attribution,
-            )
-        )
-    cols = dict(zip(KERNEL_EVENTS.names, map(list, zip(*rows)))) if rows else {n: [] for n in KERNEL_EVENTS.names}
-    table = validate(pa.table(cols, schema=KERNEL_EVENTS), KERNEL_EVENTS, f"kernel_events of {trace.path}")
-    return pl.from_arrow(table)
+
+def _graph_kernel_index(acts, graph: list[bool]) -> list[int | None]:
+    """Order within a graph launch: activities sharing one graph launch's correlation, by start time."""
+    correlations = {c for c, g in zip(acts.correlation, graph) if g} - {None}
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(acts.correlation):
+        if c in correlations:
+            members.setdefault(c, []).append(i)
+    ts_ns = acts.ts_ns.to_list()
+    index: list[int | None] = [None] * len(graph)
+    for rows in members.values():
+        for k, i in enumerate(sorted(rows, key=ts_ns.__getitem__)):
+            if graph[i]:
+                index[i] = k
+    return index

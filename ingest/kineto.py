@@ -1,4 +1,4 @@
-"""Kineto Chrome-trace reader: a `.json`/`.json.gz` profiler trace into typed event lists.
+"""Kineto Chrome-trace reader: a `.json`/`.json.gz` profiler trace into typed event columns.
 
 Handles every format generation seen in the wild: PyTorch <= 1.13 (`async_cpu_to_gpu` flows,
 `Profiler Event Index`), integer µs timestamps (PyTorch 2.0 era), absolute float µs carrying ns
@@ -8,101 +8,99 @@ fractions, relative µs plus `baseTimeNanoseconds` (>= 2.4), ROCm `hip*` runtime
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from decimal import Decimal
-from typing import Union
 
-import msgspec
+import polars as pl
 
-# GPU-side activity categories, current and pre-2.0 spellings.
-GPU_CATEGORIES = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "Kernel": "kernel",
-    "Memcpy": "memcpy",
-    "Memset": "memset",
-}
-# Rows that launch GPU work and carry its `correlation` (CUDA runtime/driver; ROCm uses cuda_runtime too).
-LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "Runtime"}
-# CPU ranges that can enclose a launch: ops and record_function/step annotations.
-OP_CATEGORIES = {"cpu_op", "Operator"}
-ANNOTATION_CATEGORIES = {"user_annotation"}
-
-# One lookup per event decides its role: a GPU category's value is its kind itself.
-_RANGE_OP, _RANGE_ANNOTATION, _LAUNCH = "range:op", "range:annotation", "launch"
-_KINDS = (
-    dict(GPU_CATEGORIES)
-    | dict.fromkeys(LAUNCH_CATEGORIES, _LAUNCH)
-    | dict.fromkeys(OP_CATEGORIES, _RANGE_OP)
-    | dict.fromkeys(ANNOTATION_CATEGORIES, _RANGE_ANNOTATION)
+from ingest.kineto_json import (
+    GPU,
+    GPU_ARGS,
+    GPU_KINDS,
+    IS_OP,
+    LAUNCH,
+    LAUNCH_ARGS,
+    OP_ARGS,
+    RANGE,
+    ROLES,
+    Event,
+    Malformed,
+    OpArgs,
+    Phase,
+    decode_document,
 )
-
-
-class TraceError(ValueError):
-    """A trace file that cannot be read, with the file and the problem named."""
-
-    def __init__(self, path: str | Path, problem: str):
-        super().__init__(f"{path}: {problem}")
-        self.path = str(path)
-        self.problem = problem
+from ingest.tracefile import TraceBytes, TraceError, trace_id_of  # noqa: F401  (TraceError, trace_id_of re-exported)
 
 
 @dataclass(slots=True)
-class GpuActivity:
-    """One kernel, memcpy or memset as the GPU ran it."""
+class GpuActivities:
+    """Every kernel, memcpy and memset as the GPU ran it: one entry per activity, in file order."""
 
-    name: str
-    category: str
-    ts_ns: int
-    dur_ns: int
-    device: int
-    stream: int
-    correlation: int | None
-    external_id: int | None
-    graph_node: bool  # kineto >= 2026 marks kernels replayed from a CUDA graph with `graph id`
-
-
-@dataclass(slots=True)
-class CpuRange:
-    """One CPU-side op or annotation on a thread: the candidates for a launch's enclosing stack."""
-
-    name: str
-    is_op: bool
-    ts_ns: int
-    end_ns: int
-    raw_args: msgspec.Raw  # decoded only for ranges that end up enclosing a launch
-
-    def args(self) -> "OpArgs":
-        """The range's External id and raw shape args."""
-        return _OP_ARGS.decode(self.raw_args) if self.raw_args else _NO_OP_ARGS
+    name: list[str]
+    category: list[str]  # kernel | memcpy | memset
+    ts_ns: pl.Series  # Int64
+    dur_ns: pl.Series  # Int64
+    device: list[int]
+    stream: list[int]
+    correlation: list[int | None]
+    external_id: list[int | None]
+    graph_node: list[bool]  # kineto >= 2026 marks kernels replayed from a CUDA graph with `graph id`
 
 
 @dataclass(slots=True)
-class LaunchRow:
-    """A runtime/driver call that launched GPU work, keyed by its correlation id."""
+class LaunchRows:
+    """Runtime/driver calls that launched GPU work, in file order."""
 
-    name: str
-    thread: tuple
-    ts_ns: int
-    dur_ns: int
-    external_id: int | None
+    name: list[str]
+    thread: list[tuple]  # (pid, tid)
+    ts_ns: pl.Series  # Int64
+    external_id: list[int | None]
+    row_of: dict[int, int]  # correlation -> its row (the last one written, if repeated)
+
+
+@dataclass(slots=True)
+class CpuRanges:
+    """CPU ops and annotations, in file order: the candidates for a launch's enclosing stack.
+
+    Times are columns; names and args are read from the decoded events only for the rows that
+    enclose a launch, a fraction of them.
+    """
+
+    ts_ns: pl.Series  # Int64
+    end_ns: pl.Series  # Int64
+    thread_rows: dict[tuple, pl.Series]  # (pid, tid) -> that thread's rows
+    events: list[Event]  # the decoded events, one per row
+
+    def names(self, rows: list[int]) -> list[str]:
+        """The names of the given ranges."""
+        return _no_none(list(map(attrgetter("name"), map(self.events.__getitem__, rows))))
+
+    def is_op(self, rows: list[int]) -> list[bool]:
+        """Whether each of the given ranges is an op (else an annotation)."""
+        return list(map(IS_OP.__contains__, map(attrgetter("cat"), map(self.events.__getitem__, rows))))
 
 
 @dataclass(slots=True)
 class KinetoTrace:
-    """The parts of a Kineto trace that attribution needs; nothing else is kept."""
+    """The parts of a Kineto trace that attribution needs, as columns; nothing else is kept."""
 
     path: str
     trace_id: str
-    activities: list[GpuActivity]
-    launches: dict[int, LaunchRow]
-    ranges: dict[tuple, list[CpuRange]] = field(default_factory=dict)  # per (pid, tid)
+    activities: GpuActivities
+    launches: LaunchRows
+    ranges: CpuRanges
     events: int = 0
+
+    def op_args(self, rows: list[int]) -> list[OpArgs]:
+        """External id and raw shape args of the given CPU ranges, or a TraceError naming a malformed one."""
+        events = list(map(self.ranges.events.__getitem__, rows))
+        try:
+            return OP_ARGS.column(_field(events, "args"))
+        except Malformed:
+            for event in events:
+                OP_ARGS.of(self.path, event)
+            raise
 
 
 def to_ns(value) -> int:
@@ -114,118 +112,152 @@ def to_ns(value) -> int:
     return int(value * 1000)
 
 
-def trace_id_of(raw: bytes) -> str:
-    """The content address of a trace file: first 16 hex digits of its sha256."""
-    return hashlib.sha256(raw).hexdigest()[:16]
-
-
-# Typed decoding: msgspec skips every field not named here without building Python objects for
-# it, and `args` stays raw JSON until an event's category says it is needed; that is what makes a
-# 100 MB trace cheap to read.
-NULL_JSON = msgspec.Raw(b"null")
-_Scalar = Union[int, str, None]
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: Union[str, None] = None
-    name: Union[str, None] = None
-    pid: _Scalar = None
-    tid: _Scalar = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-class _Document(msgspec.Struct, gc=False):
-    traceEvents: list[_Event]
-    baseTimeNanoseconds: Union[int, float, None] = None
-
-
-class _ExactEvent(_Event):
-    # Absolute epoch µs (~1.7e15) with ns fractions need 19 significant digits, more than a
-    # float64 holds (PyTorch nightlies of 2024 wrote them): read those timestamps as decimals.
-    ts: Union[Decimal, None] = None
-    dur: Union[Decimal, None] = None
-
-
-class _ExactDocument(msgspec.Struct, gc=False):
-    traceEvents: list[_ExactEvent]
-    baseTimeNanoseconds: Union[int, float, None] = None
-
-
-class _GpuArgs(msgspec.Struct, gc=False):
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    correlation: Union[int, None] = None
-    device: _Scalar = None
-    stream: _Scalar = None
-    graph_id: _Scalar = msgspec.field(default=None, name="graph id")
-
-
-class _LaunchArgs(msgspec.Struct, gc=False):
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    correlation: Union[int, None] = None
-
-
-class OpArgs(msgspec.Struct, gc=False):
-    """What attribution reads from a CPU op's args: its id and its shape args as raw JSON."""
-
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    dims: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Concrete Inputs")
-
-
-_DOCUMENT = msgspec.json.Decoder(_Document)
-_EVENT_LIST = msgspec.json.Decoder(list[_Event])
-_EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
-_EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
-# Timestamps beyond this many µs are absolute epoch time, where float64 drops the ns digits.
-_FLOAT_EXACT_LIMIT_US = 4e12
-_GPU_ARGS = msgspec.json.Decoder(_GpuArgs)
-_LAUNCH_ARGS = msgspec.json.Decoder(_LaunchArgs)
-_OP_ARGS = msgspec.json.Decoder(OpArgs)
-_NO_OP_ARGS = OpArgs()
-
-
-def decompress(path: Path, raw: bytes) -> bytes:
-    """The JSON text of a trace file's bytes, gunzipped when they are gzip."""
-    if raw[:2] != b"\x1f\x8b":
-        return raw
+def read_kineto(source: str | Path | TraceBytes) -> KinetoTrace:
+    """A Kineto trace file read into columns of GPU activities, launch rows and CPU ranges."""
+    source = source if isinstance(source, TraceBytes) else TraceBytes(source)
+    path = source.path
+    trace_id, text = source.result()
+    doc = decode_document(path, text)
+    del text
+    base = doc.baseTimeNanoseconds
+    base_ns = int(base) if base is not None else 0
     try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceError(path, f"truncated or corrupt gzip ({exc})") from None
+        activities, launches, ranges = _columns(doc.traceEvents, base_ns)
+    except Malformed:
+        _raise_first_problem(path, doc.traceEvents)
+        raise
+    except OverflowError:
+        raise TraceError(path, "timestamps beyond the range of int64 ns") from None
+    if not activities.name:
+        raise TraceError(path, "no GPU activity (no kernel, memcpy or memset events)")
+    return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(doc.traceEvents))
 
 
-def decode_document(path: Path, data: bytes) -> _Document:
-    """The trace's events and base time, or a TraceError naming what is wrong with the JSON."""
-    bare = data.lstrip()[:1] == b"["  # the Chrome trace format also allows a bare event array
-    try:
-        doc = _Document(traceEvents=_EVENT_LIST.decode(data)) if bare else _DOCUMENT.decode(data)
-        if _needs_exact_time(doc):
-            doc = _Document(traceEvents=_EXACT_EVENT_LIST.decode(data)) if bare else _EXACT_DOCUMENT.decode(data)
-        return doc
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "missing required field `traceEvents`" in text or (not bare and text.startswith("Expected `object`")):
-            raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level") from None
-        raise TraceError(path, f"malformed trace event ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise TraceError(path, f"invalid JSON ({exc})") from None
+_LIMIT_US = 9 * 10**15  # ns of µs beyond it come near the end of int64 (year 2255 in epoch time)
+_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
+_LAUNCH_FIELDS = ("name", "pid", "tid", "ts", "dur", "args")
+_RANGE_FIELDS = ("pid", "tid", "ts", "dur")
 
 
-def _needs_exact_time(doc) -> bool:
-    if doc.baseTimeNanoseconds is not None:
-        return False
-    for event in doc.traceEvents:
-        if event.ph == "X" and type(event.ts) is float:
-            return event.ts > _FLOAT_EXACT_LIMIT_US
-    return False
+def _columns(events: list, base_ns: int) -> tuple[GpuActivities, LaunchRows, CpuRanges]:
+    # Per-event Python work is what a 100 MB trace costs; here there is one loop that sorts events
+    # by role, then whole columns are converted at once.
+    gpu, launch, cpu = [], [], []
+    append_to = {GPU: gpu.append, LAUNCH: launch.append, RANGE: cpu.append}
+    append_of = {cat: append_to[role] for cat, role in ROLES.items()}.get
+    x = Phase.X
+    for event in events:
+        append = append_of(event.cat)
+        if append is not None and event.ph is x:
+            append(event)
+
+    name, cat, pid, tid, ts, dur, raw = _fields(gpu, _FIELDS)
+    args = GPU_ARGS.column(raw)
+    ts_ns, dur_ns = _times(ts, dur, base_ns)
+    activities = GpuActivities(
+        name=name,
+        category=list(map(GPU_KINDS.__getitem__, cat)),
+        ts_ns=ts_ns,
+        dur_ns=dur_ns,
+        device=_ids(_field(args, "device"), pid),
+        stream=_ids(_field(args, "stream"), tid),
+        correlation=_field(args, "correlation"),
+        external_id=_field(args, "external_id"),
+        graph_node=list(map(bool, _field(args, "graph_id"))),
+    )
+
+    name, pid, tid, ts, dur, raw = _fields(launch, _LAUNCH_FIELDS)
+    args = LAUNCH_ARGS.column(raw)
+    correlation = _field(args, "correlation")
+    row_of = dict(zip(correlation, range(len(correlation))))
+    row_of.pop(None, None)
+    launches = LaunchRows(
+        name=name,
+        thread=list(zip(pid, tid)),
+        ts_ns=_times(ts, dur, base_ns)[0],
+        external_id=_field(args, "external_id"),
+        row_of=row_of,
+    )
+
+    pid, tid, ts, dur = _fields(cpu, _RANGE_FIELDS)
+    start_ns, dur_ns = _times(ts, dur, base_ns)
+    ranges = CpuRanges(ts_ns=start_ns, end_ns=start_ns + dur_ns, thread_rows=_rows_by_thread(pid, tid), events=cpu)
+    return activities, launches, ranges
 
 
-def _reject(path, event, kind) -> None:
-    what = {_RANGE_OP: "CPU", _RANGE_ANNOTATION: "CPU", _LAUNCH: "launch"}.get(kind, "GPU")
+def _fields(events: list, fields: tuple[str, ...]) -> list[list]:
+    columns = [_field(events, f) for f in fields]
+    if fields[0] == "name":
+        columns[0] = _no_none(columns[0])
+    return columns
+
+
+def _field(items: list, name: str) -> list:
+    return list(map(attrgetter(name), items))
+
+
+def _ids(values: list, fallbacks: list) -> list[int]:
+    """Device or stream ids: ints as written, else parsed from a string, else the event's pid/tid."""
+    if set(map(type, values)) <= {int}:
+        return values
+    return [v if type(v) is int else _int(v, _int(f, 0)) for v, f in zip(values, fallbacks)]
+
+
+def _no_none(names: list) -> list[str]:
+    return [n or "" for n in names] if None in names else names
+
+
+def _times(ts: list, dur: list, base_ns: int) -> tuple[pl.Series, pl.Series]:
+    """Start (base_ns added) and duration of each event in ns; Malformed if one is missing or negative."""
+    start_ns, dur_ns = _ns(ts), _ns(dur, durations=True)
+    if base_ns and len(start_ns) and not (-(2**63) <= start_ns.min() + base_ns <= start_ns.max() + base_ns < 2**63):
+        raise OverflowError
+    return start_ns + base_ns, dur_ns
+
+
+def _ns(values: list, durations: bool = False) -> pl.Series:
+    """Kineto µs values as Int64 ns, as to_ns gives them, a whole column at once where that is exact."""
+    kinds = set(map(type, values))
+    if kinds == {float} or kinds == {int}:
+        us = pl.Series(values, dtype=pl.Float64 if kinds == {float} else pl.Int64, strict=False)
+        if durations and us.min() < 0:
+            raise Malformed
+        # float64 arithmetic here is Python's own, and round-half-even is Python's round().
+        if kinds == {float} and -_LIMIT_US < us.min() <= us.max() < _LIMIT_US:
+            return (us * 1000).round(mode="half_to_even").cast(pl.Int64)
+        if kinds == {int} and us.null_count() == 0 and -_LIMIT_US < us.min() <= us.max() < _LIMIT_US:
+            return us * 1000
+    if None in values or (durations and any(v < 0 for v in values)):
+        raise Malformed
+    try:  # decimals, ints and floats mixed, huge values: one at a time
+        return pl.Series([to_ns(v) for v in values], dtype=pl.Int64)
+    except TypeError:  # polars' word for beyond int64
+        raise OverflowError from None
+
+
+def _rows_by_thread(pid: list, tid: list) -> dict[tuple, pl.Series]:
+    if len(set(pid)) <= 1 and len(set(tid)) <= 1:  # most traces: one thread runs every op
+        return {(pid[0], tid[0]): pl.int_range(len(pid), eager=True)} if pid else {}
+    rows: dict[tuple, list[int]] = {}
+    for i, thread in enumerate(zip(pid, tid)):
+        rows.setdefault(thread, []).append(i)
+    return {thread: pl.Series(r, dtype=pl.Int64) for thread, r in rows.items()}
+
+
+def _raise_first_problem(path: Path, events: list[Event]) -> None:
+    """The TraceError of the first malformed event in file order (missing time, bad args)."""
+    for event in events:
+        role = ROLES.get(event.cat)
+        if role is None or event.ph is not Phase.X:
+            continue
+        if event.dur is None or event.dur < 0 or event.ts is None:
+            _reject(path, event, role)
+        if role is not RANGE:
+            (GPU_ARGS if role is GPU else LAUNCH_ARGS).of(path, event)
+
+
+def _reject(path, event, role) -> None:
+    what = {RANGE: "CPU", LAUNCH: "launch"}.get(role, "GPU")
     if event.ts is None:
         raise TraceError(path, f"{what} event {event.name!r} has no timestamp")
     if event.dur is None:
@@ -244,74 +276,3 @@ def _int(value, fallback):
     return fallback
 
 
-def _decode_args(path, event, decoder):
-    if not event.args:
-        return decoder.decode(b"{}")
-    try:
-        return decoder.decode(event.args)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise TraceError(path, f"event {event.name!r} at ts={event.ts} has malformed args ({exc})") from None
-
-
-def read_kineto(path: str | Path) -> KinetoTrace:
-    """A Kineto trace file read into GPU activities, launch rows and per-thread CPU ranges."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read ({exc.strerror})") from None
-    trace_id = trace_id_of(raw)
-    doc = decode_document(path, decompress(path, raw))
-    del raw
-    base = doc.baseTimeNanoseconds
-    base_ns = int(base) if base is not None else 0
-    activities: list[GpuActivity] = []
-    launches: dict[int, LaunchRow] = {}
-    ranges: dict[tuple, list[CpuRange]] = {}
-    for event in doc.traceEvents:
-        kind = _KINDS.get(event.cat)
-        if kind is None or event.ph != "X":
-            continue
-        ts, dur = event.ts, event.dur
-        if dur is None or dur < 0 or ts is None:
-            _reject(path, event, kind)
-        # Inlined to_ns for the common float case: this loop runs once per event of the trace.
-        start = base_ns + (round(ts * 1000) if type(ts) is float else to_ns(ts))
-        dur_ns = round(dur * 1000) if type(dur) is float else to_ns(dur)
-        if kind is _RANGE_OP or kind is _RANGE_ANNOTATION:
-            thread = (event.pid, event.tid)
-            bucket = ranges.get(thread)
-            if bucket is None:
-                bucket = ranges[thread] = []
-            bucket.append(CpuRange(event.name or "", kind is _RANGE_OP, start, start + dur_ns, event.args))
-        elif kind is _LAUNCH:
-            args = _decode_args(path, event, _LAUNCH_ARGS)
-            if args.correlation is not None:
-                launches[args.correlation] = LaunchRow(
-                    event.name or "", (event.pid, event.tid), start, dur_ns, args.external_id
-                )
-        else:
-            args = _decode_args(path, event, _GPU_ARGS)
-            activities.append(
-                GpuActivity(
-                    name=event.name or "",
-                    category=kind,
-                    ts_ns=start,
-                    dur_ns=dur_ns,
-                    device=_int(args.device, _int(event.pid, 0)),
-                    stream=_int(args.stream, _int(event.tid, 0)),
-                    correlation=args.correlation,
-                    external_id=args.external_id,
-                    graph_node=bool(args.graph_id),
-                )
-            )
-    if not activities:
-        raise TraceError(path, "no GPU activity (no kernel, memcpy or memset events)")
-    return KinetoTrace(
-        path=str(path),
-        trace_id=trace_id,
-        activities=activities,
-        launches=launches,
-        ranges=ranges,
-        events=len(doc.traceEvents),
-    )

@@ -7,15 +7,14 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
-import pyarrow as pa
+from ingest.tracefile import TraceBytes, TraceError, trace_id_of
 
-from ingest.attribution import attribute
-from ingest.classify import classify_events
-from ingest.graphs import capture_traces_for, read_captures
-from ingest.kineto import TraceError, read_kineto, trace_id_of
-from ingest.schema import ATTRIBUTED, TRACES
+# numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
+# a fresh process then gunzips its first trace on a second core while they load (read_events).
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -63,13 +62,19 @@ def _read_events(path: str | Path) -> pl.DataFrame:
         from ingest.rocprof import read_rocprof
 
         return read_rocprof(path, trace_id_of(Path(path).read_bytes()))
-    return attribute(read_kineto(path))
+    trace_bytes = TraceBytes(path)  # read and gunzipped on a worker thread while the imports below run
+    from ingest.attribution import attribute
+    from ingest.kineto import read_kineto
+
+    return attribute(read_kineto(trace_bytes))
 
 
 def summarize(events: pl.DataFrame, path: str) -> dict:
     """Per-trace totals: all GPU time, attributed and unattributed time, counts."""
+    from ingest.schema import ATTRIBUTED
+
     gpu_ns = int(events["dur_ns"].sum())
-    attributed_ns = int(events.filter(pl.col("attribution").is_in(ATTRIBUTED))["dur_ns"].sum())
+    attributed_ns = int(events.filter(events["attribution"].is_in(ATTRIBUTED))["dur_ns"].sum())
     return {
         "trace_id": events["trace_id"][0],
         "path": path,
@@ -92,6 +97,9 @@ def ingest_trace(
     Graph replays are explained by `captures` (graph-capture traces), by default the ones a
     `capture_traces/execution_details.json` beside the trace names.
     """
+    from ingest.classify import classify_events
+    from ingest.graphs import capture_traces_for, read_captures
+
     events = read_events(path)
     with gc_paused():
         capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
@@ -146,5 +154,10 @@ def traces_frame(results: list[TraceResult]) -> pl.DataFrame:
 
 def traces_frame_from(summaries: list[dict]) -> pl.DataFrame:
     """The `traces` table from per-trace summaries (extra summary keys are left out)."""
+    import polars as pl
+    import pyarrow as pa
+
+    from ingest.schema import TRACES
+
     rows = [{name: s[name] for name in TRACES.names} for s in summaries]
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=TRACES))

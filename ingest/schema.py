@@ -1,33 +1,42 @@
-"""Arrow schemas of every table the ingest package writes, and their validation."""
+"""Schemas of every table the ingest package writes, and their validation.
+
+Columns are declared once, in polars dtypes (kernel_events is built in polars). The Arrow schemas
+that writers and `validate` use, KERNEL_EVENTS, TRACES, CLASSIFIED_EVENTS and OP_SHAPE_TIME, are
+derived from them on first use: reading a trace then loads neither pyarrow nor the numpy that
+pyarrow imports, a tenth of a second of a fresh process.
+"""
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-KERNEL_EVENTS = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("kernel", pa.string()),
-        ("category", pa.string()),  # kernel | memcpy | memset
-        ("ts_ns", pa.int64()),  # absolute epoch ns (baseTimeNanoseconds applied)
-        ("dur_ns", pa.int64()),
-        ("device", pa.int32()),
-        ("stream", pa.int64()),
-        ("correlation", pa.int64()),
-        ("launch", pa.string()),  # runtime/driver row name, null when no launch row in the window
-        ("op", pa.string()),  # innermost cpu_op enclosing the launch
-        ("op_chain", pa.list_(pa.string())),  # enclosing cpu_op/user_annotation names, outermost first
-        ("op_chain_args", pa.string()),  # JSON list aligned with op_chain: {dims, types, concrete} or null
-        ("input_dims", pa.string()),  # JSON of `op`'s Input Dims
-        ("input_types", pa.string()),  # JSON of `op`'s Input type
-        ("concrete_inputs", pa.string()),  # JSON of `op`'s Concrete Inputs
-        ("annotation", pa.string()),  # innermost user_annotation (step / record_function) enclosing the launch
-        ("graph_launch", pa.bool_()),  # replayed from a CUDA/HIP graph launch
-        ("graph_kernel_index", pa.int32()),  # order of the activity within its graph launch
-        ("external_id_agrees", pa.bool_()),  # cross-check of `External id` against the op; null when absent
-        ("attribution", pa.string()),  # see ATTRIBUTIONS
-    ]
-)
+import polars as pl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+KERNEL_EVENT_COLUMNS = {
+    "trace_id": pl.String,
+    "kernel": pl.String,
+    "category": pl.String,  # kernel | memcpy | memset
+    "ts_ns": pl.Int64,  # absolute epoch ns (baseTimeNanoseconds applied)
+    "dur_ns": pl.Int64,
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "correlation": pl.Int64,
+    "launch": pl.String,  # runtime/driver row name, null when no launch row in the window
+    "op": pl.String,  # innermost cpu_op enclosing the launch
+    "op_chain": pl.List(pl.String),  # enclosing cpu_op/user_annotation names, outermost first
+    "op_chain_args": pl.String,  # JSON list aligned with op_chain: {dims, types, concrete} or null
+    "input_dims": pl.String,  # JSON of `op`'s Input Dims
+    "input_types": pl.String,  # JSON of `op`'s Input type
+    "concrete_inputs": pl.String,  # JSON of `op`'s Concrete Inputs
+    "annotation": pl.String,  # innermost user_annotation (step / record_function) enclosing the launch
+    "graph_launch": pl.Boolean,  # replayed from a CUDA/HIP graph launch
+    "graph_kernel_index": pl.Int32,  # order of the activity within its graph launch
+    "external_id_agrees": pl.Boolean,  # cross-check of `External id` against the op; null when absent
+    "attribution": pl.String,  # see ATTRIBUTIONS
+}
 
 # direct: launch row found and enclosed by a CPU op.
 # graph_replay: replayed from a graph launch (the launch's own op stack is kept, not the kernel's).
@@ -38,6 +47,56 @@ ATTRIBUTIONS = ("direct", "graph_replay", "launch_only", "unattributed")
 ATTRIBUTED = ("direct", "graph_capture")
 CATEGORIES = ("kernel", "memcpy", "memset")
 
+TRACE_COLUMNS = {
+    "trace_id": pl.String,
+    "path": pl.String,  # relative to the trace root, forward slashes
+    "gpu_ns": pl.Int64,  # all GPU activity time T_p
+    "attributed_ns": pl.Int64,
+    "unattributed_ns": pl.Int64,
+    "kernels": pl.Int64,
+    "events": pl.Int64,
+}
+
+# kernel_events after ingest.classify.classify_events: the operator, its shape key and the phase.
+CLASSIFIED_EVENT_COLUMNS = KERNEL_EVENT_COLUMNS | {
+    "operator": pl.String,  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
+    "shape": pl.String,  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
+    "phase": pl.String,  # see PHASES
+    "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|graph:full_graph_decode|none
+}
+PHASES = ("prefill", "decode", "mixed", "unknown")
+# Classification rewrites `graph_replay`: graph_capture (aligned with a capture-trace launch, whose
+# op and shapes the row inherits) or name_rule (operator from the kernel name only).
+CLASSIFIED_ATTRIBUTIONS = ("direct", "graph_capture", "name_rule", "launch_only", "unattributed")
+
+OP_SHAPE_TIME_COLUMNS = {
+    "trace_id": pl.String,
+    "operator": pl.String,
+    "shape": pl.String,
+    "phase": pl.String,
+    "gpu_ns": pl.Int64,
+    "calls": pl.Int64,
+}
+
+_ARROW_SCHEMAS = {
+    "KERNEL_EVENTS": KERNEL_EVENT_COLUMNS,
+    "TRACES": TRACE_COLUMNS,
+    "CLASSIFIED_EVENTS": CLASSIFIED_EVENT_COLUMNS,
+    "OP_SHAPE_TIME": OP_SHAPE_TIME_COLUMNS,
+}
+
+
+def __getattr__(name: str) -> pa.Schema:
+    """The Arrow schemas (KERNEL_EVENTS, ...), built from the columns above when first asked for."""
+    if name not in _ARROW_SCHEMAS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import pyarrow as pa
+
+    arrow = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.Boolean: pa.bool_()}
+    arrow[pl.List(pl.String)] = pa.list_(pa.string())
+    schema = globals()[name] = pa.schema([(column, arrow[dtype]) for column, dtype in _ARROW_SCHEMAS[name].items()])
+    return schema
+
 
 def validate(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
     """The table cast to `schema`, or a ValueError naming the table and the missing columns."""
@@ -45,41 +104,3 @@ def validate(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
     if missing:
         raise ValueError(f"{name}: missing columns {missing}")
     return table.select(schema.names).cast(schema)
-
-TRACES = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("path", pa.string()),  # relative to the trace root, forward slashes
-        ("gpu_ns", pa.int64()),  # all GPU activity time T_p
-        ("attributed_ns", pa.int64()),
-        ("unattributed_ns", pa.int64()),
-        ("kernels", pa.int64()),
-        ("events", pa.int64()),
-    ]
-)
-
-# kernel_events after ingest.classify.classify_events: the operator, its shape key and the phase.
-CLASSIFIED_EVENTS = pa.schema(
-    list(KERNEL_EVENTS)
-    + [
-        ("operator", pa.string()),  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
-        ("shape", pa.string()),  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
-        ("phase", pa.string()),  # see PHASES
-        ("phase_rule", pa.string()),  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|graph:full_graph_decode|none
-    ]
-)
-PHASES = ("prefill", "decode", "mixed", "unknown")
-# Classification rewrites `graph_replay`: graph_capture (aligned with a capture-trace launch, whose
-# op and shapes the row inherits) or name_rule (operator from the kernel name only).
-CLASSIFIED_ATTRIBUTIONS = ("direct", "graph_capture", "name_rule", "launch_only", "unattributed")
-
-OP_SHAPE_TIME = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("operator", pa.string()),
-        ("shape", pa.string()),
-        ("phase", pa.string()),
-        ("gpu_ns", pa.int64()),
-        ("calls", pa.int64()),
-    ]
-)

@@ -40,6 +40,11 @@ def total_gpu_ns(doc: dict) -> int:
 
 def expected_chains(doc: dict) -> dict[int, list[str]]:
     """correlation -> names of the CPU ranges enclosing its launch row, outermost first."""
+    return {c: [r["name"] for r in ranges] for c, ranges in expected_enclosing(doc).items()}
+
+
+def expected_enclosing(doc: dict) -> dict[int, list[dict]]:
+    """correlation -> the CPU range events enclosing its launch row, outermost first."""
     base = int(doc.get("baseTimeNanoseconds", 0))
     launches = {}
     for e in doc["traceEvents"]:
@@ -60,6 +65,6 @@ def expected_chains(doc: dict) -> dict[int, list[str]]:
             start = base + ns(r["ts"])
             end = start + ns(r["dur"])
             if start <= t < end:
-                enclosing.append((start, -end, index, r["name"]))
-        chains[correlation] = [name for *_, name in sorted(enclosing)]
+                enclosing.append((start, -end, index, r))
+        chains[correlation] = [r for *_, r in sorted(enclosing, key=lambda e: e[:3])]
     return chains

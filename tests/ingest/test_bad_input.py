@@ -23,6 +23,7 @@ EXPECTED_PROBLEM = {
     "no-gpu-activity": "no GPU activity",
     "negative-duration": "negative duration",
     "missing-duration": "has no duration",
+    "malformed-op-args": "has malformed args",
 }
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from ingest.kineto import TraceError, read_kineto
+from ingest.kineto import TraceError, read_kineto, to_ns
 from ingest.pipeline import read_events
-from tests.conftest import EXAMPLES, PUBLIC_TRACES
+from tests.conftest import EXAMPLES, PUBLIC_TRACES, REPO
+from tests.fixtures.cut_trace import GPU_CATS, cut_first_gpu, load, save
 from tests.ingest import reference
 
 NOT_TRACES = {"benchmark_simple_add_et.json.gz", "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}
@@ -134,6 +138,29 @@ def test_external_id_cross_check_agrees_on_modern_and_legacy(public_traces):
         assert checked.len() > 0 and checked.all(), name
 
 
+def test_external_id_cross_check_reads_the_op_stack(public_traces, tmp_path):
+    """Without the launch row's `External id`, a kernel's id is checked against the ids of the ops
+    enclosing its launch: true when one of them has it, false when none does."""
+    doc = cut_first_gpu(load(public_traces / "tracelens/b200/eager_trace.json.gz"), 300)
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            e.get("args", {}).pop("External id", None)
+        elif e.get("cat") == "kernel" and e["args"].get("correlation", 0) % 3 == 0:
+            e["args"]["External id"] = -1  # in no op's args
+    events = read_events(save(doc, tmp_path / "no-launch-ids.json.gz"))
+    exact = reference.load_exact(tmp_path / "no-launch-ids.json.gz")
+    enclosing = reference.expected_enclosing(exact)
+    gpu = reference.gpu_events(exact)
+    expected = [
+        None
+        if "External id" not in e["args"] or e["args"].get("correlation") not in enclosing
+        else any(r.get("args", {}).get("External id") == e["args"]["External id"] for r in enclosing[e["args"]["correlation"]])
+        for e in gpu
+    ]
+    assert events["external_id_agrees"].to_list() == expected
+    assert expected.count(True) > 100 and expected.count(False) > 50
+
+
 def test_read_kineto_rejects_a_trace_without_gpu_activity(public_traces):
     with pytest.raises(TraceError, match="no GPU activity") as info:
         read_kineto(public_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
@@ -163,3 +190,62 @@ def test_graph_kernel_order_survives_a_small_correlation_id(public_traces, tmp_p
     graph = read_events(path).filter(pl.col("graph_launch")).sort("ts_ns")
     assert graph["correlation"].unique().to_list() == [first_graph_row]
     assert graph["graph_kernel_index"].to_list() == list(range(graph.height))
+
+
+@pytest.mark.parametrize(
+    "shift_us, mixed",
+    [(0, True), (1_700_000_000_000_000, True), (1_700_000_000_000_000, False)],
+    ids=["relative-mixed", "epoch-mixed", "epoch-floats"],
+)
+def test_timestamp_columns_convert_as_to_ns(public_traces, tmp_path, shift_us, mixed):
+    """Whole columns of µs become what to_ns gives value by value: floats a column at a time, also
+    where float64 cannot hold the ns exactly, and integers mixed in with floats one at a time."""
+    doc = cut_first_gpu(load(public_traces / "tracelens/b200/eager_trace.json.gz"), 200)
+    for i, e in enumerate(doc["traceEvents"]):
+        if isinstance(e.get("ts"), float):
+            e["ts"] = int(e["ts"]) + shift_us if mixed and i % 3 == 0 else e["ts"] + shift_us
+    events = read_events(save(doc, tmp_path / "mixed.json.gz"))
+    base = int(doc["baseTimeNanoseconds"])
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
+    assert events["ts_ns"].to_list() == [base + to_ns(e["ts"]) for e in gpu]
+    assert events["dur_ns"].to_list() == [to_ns(e["dur"]) for e in gpu]
+    assert (events["attribution"] == "direct").any()
+
+
+def test_gzip_of_several_members_is_read_whole(public_traces, tmp_path):
+    """A writer that flushes gzip members in chunks; the first and last members are the same size,
+    so the trailer's size alone cannot tell the file from a one-member gzip."""
+    src = public_traces / "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    k = len(text) // 3
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(text[:k]) + gzip.compress(text[k:-k]) + gzip.compress(text[-k:]))
+    assert read_events(path).drop("trace_id").equals(read_events(src).drop("trace_id"))
+    garbage = tmp_path / "garbage.json.gz"
+    garbage.write_bytes(src.read_bytes() + b"garbage!")
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        read_events(garbage)
+
+
+def test_unlisted_categories_and_phases_are_skipped(public_traces, tmp_path):
+    """Categories and phases are decoded to shared values; ones outside the lists still read, as ignored events."""
+    src = public_traces / "tracelens/b200/eager_trace.json.gz"
+    doc = load(src)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "python_function":
+            e["cat"] = "some_future_category"
+        elif e.get("ph") == "i":
+            e["ph"] = "Z"
+    events = read_events(save(doc, tmp_path / "renamed.json.gz"))
+    assert events.drop("trace_id").equals(read_events(src).drop("trace_id"))
+
+
+def test_reading_a_trace_imports_only_what_it_needs(public_traces):
+    """A fresh process's cost is half imports. read_events gunzips on a worker thread while polars
+    imports, which needs ingest.pipeline itself to import no frame library; and reading needs
+    neither pyarrow nor numpy (0.1 s between them)."""
+    heavy = "sorted({'numpy', 'polars', 'pyarrow'} & set(sys.modules))"
+    code = f"import sys, ingest.pipeline; print({heavy}); ingest.pipeline.read_events(sys.argv[1]); print({heavy})"
+    trace = public_traces / "tracelens/b200/eager_trace.json.gz"
+    result = subprocess.run([sys.executable, "-c", code, trace], capture_output=True, text=True, check=True, cwd=REPO)
+    assert result.stdout.split("\n")[:2] == ["[]", "['polars']"]

@@ -1,0 +1,200 @@
+"""Kineto's trace JSON as msgspec types: the event fields and args that ingest reads.
+
+msgspec skips every field not named here without building Python objects for it, and `args`
+stay raw JSON until an event's category says they are needed; that is what makes a 100 MB
+trace cheap to decode.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Union
+
+import msgspec
+
+from ingest.tracefile import TraceError
+
+# GPU-side activity categories, current and pre-2.0 spellings, with the kind each one is.
+GPU_CATEGORIES = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+}
+# Rows that launch GPU work and carry its `correlation` (CUDA runtime/driver; ROCm uses cuda_runtime too).
+LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "Runtime"}
+# CPU ranges that can enclose a launch: ops and record_function/step annotations.
+OP_CATEGORIES = {"cpu_op", "Operator"}
+ANNOTATION_CATEGORIES = {"user_annotation"}
+# Categories nothing reads, listed so that decoding them allocates nothing (see Interned).
+OTHER_CATEGORIES = (
+    "python_function", "ac2g", "fwdbwd", "async_cpu_to_gpu", "gpu_user_annotation", "cpu_instant_event",
+    "overhead", "cuda_sync", "Trace", "external_correlation", "cuda_profiler_range", "glow_runtime",
+    "mtia_runtime", "mtia_ccp_events", "hpu_op", "xpu_runtime", "xpu_driver", "privateuse1_runtime",
+    "privateuse1_driver", "collective_comm", "Python", "Memory",
+)  # fmt: skip
+
+
+class Interned(str, enum.Enum):
+    """A string field decoded to shared objects that are equal and hash like their strings: a
+    trace repeats a few phases and categories 250k times, and a new string per event costs a
+    tenth of its decoding time and memory. A value not listed decodes to OTHER."""
+
+    @classmethod
+    def _missing_(cls, value):
+        return cls.OTHER
+
+
+class Phase(Interned):
+    # Every phase of the Chrome trace event format.
+    B, E, X, i, I, C, b, n, e, s, t, f, P, O, N, D, M, V, v, R, c = "BEXiICbnestfPONDMVvRc"
+    OTHER = "\0"
+
+
+Category = Interned(
+    "Category",
+    [(name, name) for name in (*GPU_CATEGORIES, *LAUNCH_CATEGORIES, *OP_CATEGORIES, *ANNOTATION_CATEGORIES)]
+    + [(name, name) for name in OTHER_CATEGORIES]
+    + [("OTHER", "\0")],
+)
+
+# The role of an event, decided by one lookup of its category: which columns it joins. Lookups
+# are keyed by the decoded members themselves, which they hit by identity.
+GPU, LAUNCH, RANGE = "gpu", "launch", "range"
+ROLES = (
+    dict.fromkeys(map(Category, GPU_CATEGORIES), GPU)
+    | dict.fromkeys(map(Category, LAUNCH_CATEGORIES), LAUNCH)
+    | dict.fromkeys(map(Category, OP_CATEGORIES | ANNOTATION_CATEGORIES), RANGE)
+)
+GPU_KINDS = {Category(name): kind for name, kind in GPU_CATEGORIES.items()}
+IS_OP = frozenset(map(Category, OP_CATEGORIES))
+NULL_JSON = msgspec.Raw(b"null")
+_Scalar = Union[int, str, None]
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: Phase = Phase.OTHER
+    cat: Union[Category, None] = None
+    name: Union[str, None] = None
+    pid: _Scalar = None
+    tid: _Scalar = None
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class Document(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+    baseTimeNanoseconds: Union[int, float, None] = None
+
+
+class _ExactEvent(Event):
+    # Absolute epoch µs (~1.7e15) with ns fractions need 19 significant digits, more than a
+    # float64 holds (PyTorch nightlies of 2024 wrote them): read those timestamps as decimals.
+    ts: Union[Decimal, None] = None
+    dur: Union[Decimal, None] = None
+
+
+class _ExactDocument(msgspec.Struct, gc=False):
+    traceEvents: list[_ExactEvent]
+    baseTimeNanoseconds: Union[int, float, None] = None
+
+
+class GpuArgs(msgspec.Struct, gc=False):
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    correlation: Union[int, None] = None
+    device: _Scalar = None
+    stream: _Scalar = None
+    graph_id: _Scalar = msgspec.field(default=None, name="graph id")
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    correlation: Union[int, None] = None
+
+
+class OpArgs(msgspec.Struct, gc=False):
+    """What attribution reads from a CPU op's args: its id and its shape args as raw JSON."""
+
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    dims: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=NULL_JSON, name="Concrete Inputs")
+
+
+class Malformed(Exception):
+    """Some event of a column is malformed; a per-event pass names the first one."""
+
+
+class Args:
+    """One type of event args, decoded a whole column per call (one JSON array: per-event
+    decoder calls cost more than the decoding) or one event at a time to name a bad one."""
+
+    def __init__(self, kind: type):
+        self._one = msgspec.json.Decoder(kind)
+        self._column = msgspec.json.Decoder(list[kind])
+
+    def column(self, raws: list[msgspec.Raw]) -> list:
+        """The decoded args of many events; Malformed if any is."""
+        if not all(raws):
+            raws = [raw if raw else b"{}" for raw in raws]
+        try:
+            return self._column.decode(_json_array(raws))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise Malformed from None
+
+    def of(self, path: str | Path, event: Event):
+        """One event's decoded args, or a TraceError naming the event."""
+        try:
+            return self._one.decode(event.args or b"{}")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise TraceError(path, f"event {event.name!r} at ts={event.ts} has malformed args ({exc})") from None
+
+
+GPU_ARGS, LAUNCH_ARGS, OP_ARGS = Args(GpuArgs), Args(LaunchArgs), Args(OpArgs)
+
+
+def _json_array(items: list) -> bytes:
+    # One copy of the items, where b"[" + b",".join(items) + b"]" makes three.
+    if len(items) < 2:
+        return b"[%b]" % items[0] if items else b"[]"
+    return b",".join([b"[%b" % items[0], *items[1:-1], b"%b]" % items[-1]])
+
+_DOCUMENT = msgspec.json.Decoder(Document)
+_EVENT_LIST = msgspec.json.Decoder(list[Event])
+_EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
+_EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
+# Timestamps beyond this many µs are absolute epoch time, where float64 drops the ns digits.
+_FLOAT_EXACT_LIMIT_US = 4e12
+_BARE_ARRAY = re.compile(rb"\s*\[")  # matched in place: bytes.lstrip() would copy 100 MB of text
+
+
+def decode_document(path: str | Path, data: bytes) -> Document:
+    """The trace's events and base time, or a TraceError naming what is wrong with the JSON."""
+    bare = _BARE_ARRAY.match(data) is not None  # the Chrome trace format also allows a bare event array
+    try:
+        doc = Document(traceEvents=_EVENT_LIST.decode(data)) if bare else _DOCUMENT.decode(data)
+        if _needs_exact_time(doc):
+            doc = Document(traceEvents=_EXACT_EVENT_LIST.decode(data)) if bare else _EXACT_DOCUMENT.decode(data)
+        return doc
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if "missing required field `traceEvents`" in text or (not bare and text.startswith("Expected `object`")):
+            raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level") from None
+        raise TraceError(path, f"malformed trace event ({exc})") from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, f"invalid JSON ({exc})") from None
+
+
+def _needs_exact_time(doc: Document) -> bool:
+    if doc.baseTimeNanoseconds is not None:
+        return False
+    for event in doc.traceEvents:
+        if event.ph is Phase.X and type(event.ts) is float:
+            return event.ts > _FLOAT_EXACT_LIMIT_US
+    return False
