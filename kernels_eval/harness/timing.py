@@ -8,10 +8,14 @@ import statistics
 import time
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any L2 in hardware.yaml (H200: 60 MB, B200: 126 MB)
-# GPU cycles of spin queued ahead of each timed call (~100 µs at 2 GHz): longer than the host takes
-# to launch a call, so the start event never waits for the host and small kernels are timed on the
-# GPU, not on Python's launch path (seen on H200 before: 5-110 µs for one 10 µs kernel).
+# GPU cycles of spin queued ahead of each timed call (~100 µs at 2 GHz), at the least: the host
+# enqueues the whole call while the GPU spins, so the events bracket the call's kernels back to back
+# (GPU time, as under CUDA graphs), not Python's launch path (seen on H200 before: 5-110 µs for one
+# 10 µs kernel). `shield_cycles` stretches it to the call's measured host time.
 LAUNCH_SHIELD_CYCLES = 200_000
+# The shield covers this multiple of the slowest host launch seen while calibrating, up to MAX_SHIELD_S.
+SHIELD_HOST_MARGIN = 3.0
+MAX_SHIELD_S = 5e-3
 
 
 def quantiles(times: list[float]) -> dict:
@@ -26,6 +30,36 @@ def quantiles(times: list[float]) -> dict:
         return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
     return {"median": statistics.median(xs), "p10": q(0.1), "p90": q(0.9)}
+
+
+def shield_cycles(call, input_sets: list[dict], calls: int = 5) -> int:
+    """GPU spin cycles to queue ahead of each timed call: SHIELD_HOST_MARGIN x the slowest host time of up
+    to `calls` calls (launching all of a call's kernels), at least LAUNCH_SHIELD_CYCLES, at most MAX_SHIELD_S.
+
+    A call that launches several kernels with Python between them (a split-KV kernel and its merge,
+    say) leaves the GPU idle between launches once the spin is used up; the events would then time the
+    host (seen on H200: 112-157 µs for a 1-sequence paged decode whose kernels take a few µs). A call
+    that waits for the GPU (reads a length back, say) cannot be covered by any spin: it keeps the least."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    cycles_per_s = 1_000_000 / max(start.elapsed_time(end) / 1e3, 1e-9)
+    ahead_s = 2 * MAX_SHIELD_S  # GPU work queued before each probe, so its launches never wait
+    host: list[float] = []
+    began = time.perf_counter()
+    while len(host) < calls and (len(host) < 2 or time.perf_counter() - began < 0.1):
+        torch.cuda._sleep(int(cycles_per_s * ahead_s))
+        t0 = time.perf_counter()
+        call(**input_sets[len(host) % len(input_sets)])
+        host.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    if max(host) > 0.5 * ahead_s:  # the call waited for the queued spin: it synchronises
+        return LAUNCH_SHIELD_CYCLES
+    return max(LAUNCH_SHIELD_CYCLES, int(min(SHIELD_HOST_MARGIN * max(host), MAX_SHIELD_S) * cycles_per_s))
 
 
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
@@ -44,7 +78,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
 
     if flush is None:
         flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    state = {"sets": input_sets, "i": 0}
+    state = {"sets": input_sets, "i": 0, "shield": LAUNCH_SHIELD_CYCLES}
 
     def timed(n: int) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -55,7 +89,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
                 state["sets"] = refresh()
             inputs = state["sets"][i % len(state["sets"])]
             state["i"] = i + 1
-            torch.cuda._sleep(LAUNCH_SHIELD_CYCLES)
+            torch.cuda._sleep(state["shield"])
             flush.zero_()
             starts[k].record()
             call(**inputs)
@@ -67,6 +101,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
     for i in range(warmup):
         call(**sets[i % len(sets)])
     torch.cuda.synchronize()
+    state["shield"] = shield_cycles(call, sets)
     # Keep the GPU busy for `warmup_s` before timing, then let the figure settle (see above).
     began = time.perf_counter()
     while time.perf_counter() - began < warmup_s:
