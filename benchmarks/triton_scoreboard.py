@@ -82,14 +82,23 @@ def main() -> int:
         "t_reference_us", "speedup", "native_fraction", "error").write_csv(args.csv)
 
     (s,) = [x for x in score(results, release) if x["hardware"] == args.hardware]
-    print(f"{'operator':<30}{'problems':>9}{'done':>6}{'S_op':>7}{'W_op':>8}{'largest S':>10}{'med speedup':>12}  failures")
+    # "largest": the operator's largest problem that ran to the end, against the datasheet roofline (S) and
+    # against the roofline of the ceilings measured on this machine (copy bandwidth, GEMM rates)
+    measured = (release.sealed("roofline").filter(pl.col("hardware") == args.hardware)
+                .select("problem_id", "t_roofline_measured_s"))
+    table = table.join(measured, on="problem_id", how="left")
+    print(f"{'operator':<30}{'problems':>9}{'done':>6}{'S_op':>7}{'W_op':>8}{'largest S':>10}{'of measured':>12}"
+          f"{'med speedup':>12}  failures")
     for op, group in table.group_by("operator", maintain_order=True):
         done = group.filter(pl.col("stage") == "done")
-        largest = group.sort("t_roofline_s", descending=True, nulls_last=True).head(1)
+        largest = done.sort("t_roofline_s", descending=True, nulls_last=True).head(1)
         fails = sorted({st for st in group["stage"] if st != "done"})
         speedups = [x for x in done["speedup"] if x is not None]
+        big_s = float(largest["s_i"][0]) if largest.height else 0.0
+        big_m = (float(largest["t_roofline_measured_s"][0] / largest["t_measured_s"][0]) if largest.height
+                 else 0.0)
         print(f"{op[0]:<30}{group.height:>9}{done.height:>6}{s['S_op'].get(op[0], 0.0):>7.3f}"
-              f"{s['W_op'].get(op[0], 0.0):>8.3f}{float(largest['s_i'][0]):>10.3f}"
+              f"{s['W_op'].get(op[0], 0.0):>8.3f}{big_s:>10.3f}{big_m:>12.3f}"
               f"{statistics.median(speedups) if speedups else float('nan'):>12.2f}  {','.join(fails)}")
     print(f"S_agg (catalogue weights) {s['S_agg']:.4f}; per-problem weighted {s['S_problem_weighted']:.4f}; "
           f"evaluated {s['evaluated']}/{s['problems']}; phases "
