@@ -2,13 +2,17 @@
 [blocks, bs, Hkv, D] through block_table (vLLM V1's unified kernel contract), bottom-right causal, GQA,
 scale 1/sqrt(D).
 
-Flash attention over pages. The grid's first axis runs over query tiles of BLOCK_M rows of one sequence, laid
-out as tile(s, i) = cu_seqlens_q[s] // BLOCK_M + s + i, so its size, total_q // BLOCK_M + num_seqs, needs no
-device sync; a program finds its sequence by binary search over cu_seqlens_q and leaves if its tile is past
-the sequence's queries. The second axis is the query head. A program keeps its Q tile in registers and walks
-the keys it may see (up to the causal limit of its last row) BLOCK_N at a time, looking each key's page up in
-the block table (unmasked steps for the keys every row sees, masked ones near the diagonal), with an online softmax (exp2, fp32 statistics) and both products on tensor cores (tl.dot;
-P cast to the cache dtype as flash attention does). Rows that see no key give zeros.
+Flash attention over pages with the GQA group packed into the query tile (as vLLM's Triton kernel does): a
+program owns BLOCK_Q query tokens of one sequence and one kv head, and its BLOCK_M rows are token × head-in-group
+(row r is token r // GROUP, query head kv_head·GROUP + r % GROUP), so each K/V page tile is loaded once per kv
+head rather than once per query head, and a decode token fills GROUP rows instead of one padded row. The grid's
+first axis runs over query tiles laid out as tile(s, i) = cu_seqlens_q[s] // BLOCK_Q + s + i, so its size,
+total_q // BLOCK_Q + num_seqs, needs no device sync; a program finds its sequence by binary search over
+cu_seqlens_q and leaves if its tile is past the sequence's queries. The second axis is the kv head. A program
+keeps its Q tile in registers and walks the keys it may see (up to the causal limit of its last token) BLOCK_N
+at a time, looking each key's page up in the block table (unmasked steps for the keys every row sees, masked
+ones near the diagonal), with an online softmax (exp2, fp32 statistics) and both products on tensor cores
+(tl.dot; P cast to the cache dtype as flash attention does). Rows that see no key give zeros.
 """
 
 import math
@@ -17,6 +21,22 @@ import torch
 import triton
 import triton.language as tl
 from torch import nn
+
+MAX_ROWS = 128  # rows of one tile (token × head-in-group) when the head fits 128 columns; 64 above
+
+
+def _configs():
+    return [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
+            for bn, w, s in ((64, 4, 3), (64, 8, 3), (32, 4, 3), (128, 8, 2), (32, 8, 2), (64, 8, 2))]
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """Wide heads keep the narrower key tiles (K, V and the fp32 accumulator must fit); short tiles keep 4 warps."""
+    args = {**named_args, **kwargs}
+    keep = [c for c in configs
+            if (args["BLOCK_D"] <= 128 or c.kwargs["BLOCK_N"] * c.num_stages <= 128)
+            and (args["BLOCK_M"] >= 64 or c.num_warps == 4)]
+    return keep or configs[:1]
 
 
 @triton.jit
@@ -47,43 +67,46 @@ def _kv_step(q, acc, m, l, k_base, v_base, table_row, start, kv_end, limit, scal
     return acc, m_new, l
 
 
+@triton.autotune(configs=_configs(), key=["GROUP", "HEAD_DIM", "BLOCK_M"],
+                 prune_configs_by={"early_config_prune": prune_configs})
 @triton.jit
 def unified_attention_kernel(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, scale_log2, num_seqs,
                              q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, table_stride, out_s0, out_s1,
-                             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BS: tl.constexpr, BLOCK_Q: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     tile = tl.program_id(0)
-    h = tl.program_id(1)
-    # the sequence of this tile: the largest s with cu_q[s] // BLOCK_M + s <= tile
+    hk = tl.program_id(1)
+    # the sequence of this tile: the largest s with cu_q[s] // BLOCK_Q + s <= tile
     lo = tl.zeros((), dtype=tl.int32)
     hi = tl.zeros((), dtype=tl.int32) + num_seqs - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        start_mid = tl.load(cu_q_ptr + mid) // BLOCK_M + mid
+        start_mid = tl.load(cu_q_ptr + mid) // BLOCK_Q + mid
         go_up = start_mid <= tile
         lo = tl.where(go_up, mid, lo)
         hi = tl.where(go_up, hi, mid - 1)
     s = lo
     q_start = tl.load(cu_q_ptr + s)
     q_len = tl.load(cu_q_ptr + s + 1) - q_start
-    local = tile - (q_start // BLOCK_M + s)
-    if local * BLOCK_M < q_len:
+    local = tile - (q_start // BLOCK_Q + s)
+    if local * BLOCK_Q < q_len:
         kv_len = tl.load(kv_lens_ptr + s)
-        rows = local * BLOCK_M + tl.arange(0, BLOCK_M)  # query index inside the sequence
-        row_ok = rows < q_len
+        r = tl.arange(0, BLOCK_M)
+        rows = local * BLOCK_Q + r // GROUP  # query index inside the sequence
+        head = hk * GROUP + r % GROUP
+        row_ok = (r < BLOCK_Q * GROUP) & (rows < q_len)
         d = tl.arange(0, BLOCK_D)
         d_ok = d < HEAD_DIM
         tok = (q_start + rows).to(tl.int64)
-        q = tl.load(q_ptr + tok[:, None] * q_s0 + h * q_s1 + d[None, :], mask=row_ok[:, None] & d_ok[None, :],
-                    other=0.0)
+        q = tl.load(q_ptr + tok[:, None] * q_s0 + head[:, None] * q_s1 + d[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         shift = kv_len - q_len
         limit = rows + shift  # row r sees keys j <= limit[r]
         # keys below full_end are seen by every row of the tile; the rest up to kv_end need masks
-        full_end = tl.maximum(tl.minimum(local * BLOCK_M + shift + 1, kv_len), 0) // BLOCK_N * BLOCK_N
-        kv_end = tl.minimum(kv_len, local * BLOCK_M + BLOCK_M + shift)
-        hk = (h // GROUP).to(tl.int64)
-        k_base = k_ptr + hk * k_s2 + d[:, None]
-        v_base = v_ptr + hk * v_s2 + d[None, :]
+        full_end = tl.maximum(tl.minimum(local * BLOCK_Q + shift + 1, kv_len), 0) // BLOCK_N * BLOCK_N
+        kv_end = tl.minimum(kv_len, local * BLOCK_Q + BLOCK_Q + shift)
+        k_base = k_ptr + hk.to(tl.int64) * k_s2 + d[:, None]
+        v_base = v_ptr + hk.to(tl.int64) * v_s2 + d[None, :]
         table_row = table_ptr + s.to(tl.int64) * table_stride
         m = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -95,8 +118,18 @@ def unified_attention_kernel(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_p
             acc, m, l = _kv_step(q, acc, m, l, k_base, v_base, table_row, start, kv_end, limit, scale_log2, k_s0,
                                  k_s1, v_s0, v_s1, d_ok, BS, BLOCK_N, True)
         o = tl.where(l[:, None] > 0, acc / tl.where(l > 0, l, 1.0)[:, None], 0.0)
-        tl.store(out_ptr + tok[:, None] * out_s0 + h * out_s1 + d[None, :], o.to(out_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(out_ptr + tok[:, None] * out_s0 + head[:, None] * out_s1 + d[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+def tile_rows(group: int, total_q: int, num_seqs: int, block_d: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_Q): rows of a tile and query tokens per tile. Enough rows for the mean query length
+    times the group, between 16 (the smallest tl.dot) and MAX_ROWS; a group wider than that gets one token."""
+    mean_q = -(-total_q // num_seqs)  # from shapes alone: no device sync
+    cap = MAX_ROWS if block_d <= 128 else MAX_ROWS // 2
+    rows = min(max(16, triton.next_power_of_2(group * mean_q)), cap)
+    rows = max(rows, triton.next_power_of_2(group))
+    return rows, rows // group
 
 
 class Model(nn.Module):
@@ -116,13 +149,13 @@ class Model(nn.Module):
         num_seqs = seqused_k.shape[0]
         if total_q == 0 or num_seqs == 0:
             return out
+        group = hq // hkv
         block_d = max(16, triton.next_power_of_2(d))
-        block_m = 64
-        block_n = 64 if block_d <= 128 else 32
-        grid = (total_q // block_m + num_seqs, hq)
+        block_m, block_q = tile_rows(group, total_q, num_seqs, block_d)
+        grid = (total_q // block_q + num_seqs, hkv)
         unified_attention_kernel[grid](
             q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, out, d ** -0.5 * math.log2(math.e), num_seqs,
             q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_table.stride(0),
-            out.stride(0), out.stride(1), GROUP=hq // hkv, HEAD_DIM=d, BS=bs, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_D=block_d, num_warps=8 if block_d > 128 else 4, num_stages=2)
+            out.stride(0), out.stride(1), GROUP=group, HEAD_DIM=d, BS=bs, BLOCK_Q=block_q, BLOCK_M=block_m,
+            BLOCK_D=block_d)
         return out
