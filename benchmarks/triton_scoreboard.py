@@ -26,7 +26,7 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels_eval.harness.runner import Problem, _row  # noqa: E402
+from kernels_eval.harness.runner import Problem, result_row  # noqa: E402
 from kernels_eval.results_schema import RESULTS, read_results  # noqa: E402
 from kernels_eval.scoring import problem_scores, score  # noqa: E402
 from release.bundle import read_release  # noqa: E402
@@ -44,7 +44,7 @@ def rows_from_progress(path: Path, release, hardware: str) -> list[dict]:
     for line in path.read_text().splitlines():
         v = json.loads(line)
         p = Problem(manifest[v["problem_id"]])
-        rows.append(_row(base, p, v, None, roof.get(p.problem_id), "cuda"))
+        rows.append(result_row(base, p, v, None, roof.get(p.problem_id), "cuda"))
     return rows
 
 

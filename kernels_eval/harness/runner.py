@@ -97,17 +97,18 @@ class OperatorJudge:
     # ---- worker plumbing --------------------------------------------------------------------------------
 
     def _request(self, message: dict, timeout_s: float | None = None) -> dict:
-        began = time.monotonic()
-        try:
-            if self.worker is None:
-                self.worker = start_worker(self.config, self.log, wait=True)
-            elif not self.worker.ready:
-                self.worker.wait_ready()
-        except WorkerDied:
-            self.worker = None
-            raise
-        finally:
-            self._clock("spawn", began)
+        if self.worker is None or not self.worker.ready:
+            began = time.monotonic()
+            try:
+                if self.worker is None:
+                    self.worker = start_worker(self.config, self.log, wait=True)
+                else:
+                    self.worker.wait_ready()
+            except WorkerDied:
+                self.worker = None
+                raise
+            finally:
+                self._clock("spawn", began)
         began = time.monotonic()
         try:
             reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
@@ -116,7 +117,8 @@ class OperatorJudge:
             raise
         finally:
             self._clock(f"worker_{message['cmd']}", began)
-        for step, seconds in (reply.get("took_s") or {}).items() if isinstance(reply.get("took_s"), dict) else ():
+        took = reply.get("took_s")  # the worker's own split of a call (diagnostics only; never judged)
+        for step, seconds in (took.items() if isinstance(took, dict) else ()):
             if isinstance(seconds, (int, float)):
                 self.spent[f"in_worker_{step}"] = self.spent.get(f"in_worker_{step}", 0.0) + float(seconds)
         return reply
@@ -405,7 +407,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                         t_roof = problem_roofline(op, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
                     except (KeyError, ValueError, ImportError):
                         t_roof = None
-                rows.append(_row(base, p, verdicts[p.problem_id], sha, t_roof, config.device))
+                rows.append(result_row(base, p, verdicts[p.problem_id], sha, t_roof, config.device))
     finally:
         for spare in spares.values():
             spare.close()
@@ -454,7 +456,9 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
     return verdicts
 
 
-def _row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:
+def result_row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:
+    """One results row (results_schema.RESULTS) of a problem's verdict (the scoreboard rebuilds rows of a run
+    cut short from its streamed verdicts with it)."""
     t = v.get("t_measured_s")
     ref = v.get("t_reference_s")
     return {**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
