@@ -27,7 +27,8 @@ MAX_ROWS = 128  # rows of one tile (token × head-in-group) when the head fits 1
 
 def _configs():
     return [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bn, w, s in ((64, 4, 3), (64, 8, 3), (32, 4, 3), (128, 8, 2), (32, 8, 2), (64, 8, 2))]
+            for bn, w, s in ((64, 4, 3), (64, 8, 3), (64, 8, 4), (32, 4, 3), (128, 8, 2), (128, 8, 3), (32, 8, 2),
+                             (64, 8, 2))]
 
 
 def prune_configs(configs, named_args, **kwargs):
