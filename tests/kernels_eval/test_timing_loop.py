@@ -1,0 +1,91 @@
+"""The GPU timing loop (kernels_eval.harness.timing.time_calls) against a simulated GPU: CUDA events, the spin
+and the flush advance a simulated device clock, a call adds its kernel time to it, so what the loop measures,
+how many calls it makes and which protocol it follows can be checked without a GPU."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels_eval.harness import timing  # noqa: E402
+
+
+class SimulatedGPU:
+    """A device clock in seconds. Work is queued in order, so an event records the clock after all work before
+    it; `cycles_per_s` converts the spin's cycles."""
+
+    cycles_per_s = 2e9
+
+    def __init__(self, monkeypatch):
+        self.clock = 0.0
+        self.calls = 0
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = gpu.clock
+
+            def elapsed_time(self, other):  # milliseconds, as torch.cuda.Event gives
+                return (other.t - self.t) * 1e3
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: self.advance(cycles / self.cycles_per_s))
+
+    def advance(self, seconds: float) -> None:
+        self.clock += seconds
+
+    def flush(self):
+        gpu = self
+
+        class Flush:
+            def zero_(self):
+                gpu.advance(20e-6)
+
+        return Flush()
+
+    def kernel(self, seconds: float, host_s: float = 0.0):
+        def call(**_):
+            self.calls += 1
+            if host_s:
+                time.sleep(host_s)
+            self.advance(seconds)
+
+        return call
+
+
+def test_a_short_call_is_timed_by_its_kernel_time_after_settling(monkeypatch):
+    gpu = SimulatedGPU(monkeypatch)
+    times = timing.time_calls(gpu.kernel(10e-6), [{}, {}], flush=gpu.flush(), budget_s=0.05, warmup_s=0.0)
+    assert all(t == pytest.approx(10e-6) for t in times)
+    assert 10 <= len(times) <= 200
+    # warm-up, shield calibration, at least two settle blocks of 10 and the 5-call estimate came first
+    assert gpu.calls >= len(times) + 3 + 2 + 20 + 5
+
+
+def test_a_call_slower_than_the_threshold_skips_calibration_and_settling(monkeypatch):
+    gpu = SimulatedGPU(monkeypatch)
+    sets_seen = []
+
+    def call(**inputs):
+        sets_seen.append(inputs["i"])
+        gpu.kernel(0.030, host_s=0.025)()
+
+    times = timing.time_calls(call, [{"i": 0}, {"i": 1}], flush=gpu.flush(), budget_s=0.05, min_calls=3)
+    assert times == pytest.approx([0.030] * 3)
+    assert gpu.calls == 4  # one warm-up call, then min_calls timed calls: nothing else
+    assert sets_seen == [0, 1, 0, 1]  # the timed calls go on rotating through the input sets
+
+
+def test_a_slow_call_still_fills_the_budget_up_to_max_calls(monkeypatch):
+    gpu = SimulatedGPU(monkeypatch)
+    times = timing.time_calls(gpu.kernel(0.030, host_s=0.021), [{}], flush=gpu.flush(), budget_s=0.2,
+                              min_calls=3, max_calls=5)
+    assert len(times) == 5  # 0.2 s / ~0.021 s would be 9 calls: capped at max_calls
+    assert gpu.calls == 6
