@@ -37,6 +37,9 @@ if __name__ == "__main__":  # the children: make the repo importable without an 
 from kernels_eval import registry  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+# A folder holding another Triton (`pip install --target DIR --no-deps triton==3.6.0`): the compile children
+# import it first, so the launches recorded under the installed Triton's interpreter compile with that version.
+OTHER_TRITON = "HOTSHAPE_SM90_TRITON_PATH"
 SUBMISSION = REPO / "examples" / "submissions" / "triton_reference"
 pytestmark = pytest.mark.slow  # ~30 s on 2 cores: an interpreter run of every operator, then ~95 compiles
 RECORDS = "SM90_LAUNCH_RECORDS "
@@ -74,13 +77,16 @@ def launches() -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def compiled(launches, tmp_path_factory) -> list[dict]:
-    """One result per compiled record, from parallel compile children with a fresh Triton cache."""
+@pytest.fixture(scope="module", params=["installed"] + (["other"] if os.environ.get(OTHER_TRITON) else []))
+def compiled(launches, tmp_path_factory, request) -> list[dict]:
+    """One result per compiled record, from parallel compile children with a fresh Triton cache; once with the
+    installed Triton and once more with the one in OTHER_TRITON's folder when that is set."""
     records = _to_compile(launches["records"])
     workers = max(1, min(len(records), os.cpu_count() or 1, 4))
     work = tmp_path_factory.mktemp("sm90")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(work / "cache")}
+    if request.param == "other":  # another Triton (the GPU machine's version, say) shadows the installed one
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (os.environ[OTHER_TRITON], env.get("PYTHONPATH")) if x)
     procs = []
     for i in range(workers):  # dealt round-robin: each child gets a share of every operator's kernels
         (work / f"records{i}.json").write_text(json.dumps(records[i::workers]))
