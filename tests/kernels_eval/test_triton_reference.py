@@ -57,7 +57,10 @@ EXTRA = {
     "silu_and_mul": [({}, {"shape": [3, 2, 3000]})],
     "fp8_dynamic_per_token_quant": [({}, {"token_count": 2, "hidden_size": 17000})],
     "fused_rmsnorm_quant": [({}, {"token_count": 2, "hidden_size": 17000})],
-    "reshape_and_cache": [({}, {"shape": [9, 2, 32], "block_size": 4, "padded_tokens": 3})],
+    "reshape_and_cache": [({}, {"shape": [9, 2, 32], "block_size": 4, "padded_tokens": 3}),
+                          ({}, {"shape": [37, 2, 24], "block_size": 16, "padded_tokens": 5}),
+                          # two tokens a program, the last program half empty
+                          ({}, {"shape": [2001, 2, 8], "block_size": 16, "padded_tokens": 7})],
     "moe_topk_gating_softmax": [({"top_k": 8}, {"token_count": 4, "num_experts": 100}),
                                 ({"top_k": 8, "num_expert_groups": 8, "topk_group": 4},
                                  {"token_count": 4, "num_experts": 96})],
@@ -72,10 +75,20 @@ EXTRA = {
                               {"token_count": 1100, "num_experts": 60, "top_k": 4})],
     "moe_count_and_sort": [({"num_experts": 60}, {"token_count": 1100, "top_k": 4, "num_experts": 60})],
     "topk_filter": [({"top_k": 50}, {"seq_len": 2, "hidden_size": 20000}),
-                    ({"top_k": 5}, {"seq_len": 2, "hidden_size": 3})],
+                    ({"top_k": 5}, {"seq_len": 2, "hidden_size": 3}),
+                    # k = 1000 over 17 chunks: too many keys for the split path's select, the serial kernel
+                    ({"top_k": 1000}, {"seq_len": 1, "hidden_size": 69000})],
     "embedding": [({}, {"token_count": 40, "vocab_size": 100, "hidden_size": 5000, "dtype": "fp16"})],
     "causal_conv1d": [({"activation": "silu"}, {"token_count": 300, "dim": 20, "width": 4}),
-                      ({"activation": None}, {"token_count": 5, "dim": 4, "width": 1})],
+                      ({"activation": None}, {"token_count": 5, "dim": 4, "width": 1}),
+                      # odd T: chunks inside a row (no mask) and across row starts, the array's tail
+                      ({"activation": "silu"}, {"token_count": 2001, "dim": 3, "width": 4}),
+                      ({"activation": None}, {"token_count": 37, "dim": 5, "width": 3}),
+                      ({"activation": None}, {"token_count": 19, "dim": 3, "width": 1}),
+                      # T % 8 == 0: rows start on a vector, chunks across two rows
+                      ({"activation": "silu"}, {"token_count": 200, "dim": 5, "width": 4}),
+                      # width over 9: the tile kernel at T >= 8, several token blocks
+                      ({"activation": "silu"}, {"token_count": 150, "dim": 3, "width": 10})],
     "paged_attention_decode": [({}, {"num_seqs": 2, "ctx_len": 300, "num_query_heads": 8, "num_kv_heads": 2,
                                      "head_size": 64, "block_size": 16, "dtype": "bf16"})],
     "unified_attention": [({}, {"num_seqs": 3, "seq_lens": [150, 5, 70], "query_lens": [150, 1, 3],
@@ -86,7 +99,10 @@ EXTRA = {
                           ({}, {"num_seqs": 3, "seq_lens": [70, 17, 3], "query_lens": [20, 1, 3],
                                 "num_query_heads": 8, "num_kv_heads": 1, "head_size": 32, "block_size": 8}),
                           ({}, {"num_seqs": 2, "seq_lens": [30, 12], "query_lens": [30, 1],
-                                "num_query_heads": 10, "num_kv_heads": 2, "head_size": 32, "block_size": 16})],
+                                "num_query_heads": 10, "num_kv_heads": 2, "head_size": 32, "block_size": 16}),
+                          # a head of 20: strides not multiples of 8, element-unit strides (VEC 1)
+                          ({}, {"num_seqs": 2, "seq_lens": [19, 4], "query_lens": [19, 2],
+                                "num_query_heads": 4, "num_kv_heads": 2, "head_size": 20, "block_size": 16})],
     "attention_forward": [({}, {"num_heads": 2, "head_dim": 72, "seq_lens": [150, 0, 70]})],
     "mla_decode_attention": [({"nhead": 20, "kv_lora_rank": 64, "qk_rope_head_dim": 16},
                               {"batch_size": 2, "ctx_len": 600, "nhead": 20, "kv_lora_rank": 64,
