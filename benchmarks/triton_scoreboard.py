@@ -4,11 +4,15 @@ Reads result Parquet files written by `eval_gpu.py --phases triton` and, for a r
 it streamed to `triton_reference_progress.jsonl`; problems of the release without a verdict count as not
 evaluated (S_i = 0). Writes one CSV row per catalogue problem and prints, per operator, what ran and how
 close it came to the roofline, then S_agg under the imported catalogue's weights (`hotshape score`'s
-computation) and under another release's operator weights (the example pipeline's):
+computation) and under another release's operator weights (the example pipeline's). Where several files hold
+a verdict for one problem, the first file named wins (name the newest run first: --progress before --results
+files, which are read first only when no progress file names the problem); the CSV's `source` column and the
+table's `runs` column say which file each verdict came from. With --weights-progress (the verdicts of an
+evaluation on the --weights-release's own problems), that release is also scored on its own problems.
 
     python benchmarks/triton_scoreboard.py --release out/atrex-release \
-        --results benchmarks/results/triton_reference/*.parquet \
-        --progress benchmarks/results/triton_reference/*.jsonl \
+        --progress benchmarks/results/triton_reference/run4_attention_moe_progress.jsonl ... \
+        --results benchmarks/results/triton_reference/run1_first_half.parquet \
         --weights-release out/pipeline/releases/hotshape \
         --csv benchmarks/results/triton_reference/scoreboard_H200.csv
 """
@@ -38,7 +42,7 @@ def rows_from_progress(path: Path, release, hardware: str) -> list[dict]:
     sealed = release.sealed("roofline")
     roof = {} if sealed is None else dict(sealed.filter(pl.col("hardware") == hardware)
                                           .select("problem_id", "t_roofline_s").iter_rows())
-    base = {"submission": "triton_reference", "release": release.name, "run_id": f"progress:{path.name}", "run": 0,
+    base = {"submission": "triton_reference", "release": release.name, "run_id": path.name, "run": 0,
             "hardware": hardware, "device": "cuda", "evaluated_at": None}
     rows = []
     for line in path.read_text().splitlines():
@@ -54,21 +58,17 @@ def main() -> int:
     ap.add_argument("--results", nargs="*", default=[])
     ap.add_argument("--progress", nargs="*", default=[])
     ap.add_argument("--weights-release", default=None)
+    ap.add_argument("--weights-progress", nargs="*", default=[],
+                    help="verdicts streamed by an evaluation of --weights-release's own problems")
     ap.add_argument("--hardware", default="H200")
     ap.add_argument("--csv", type=Path, required=True)
     args = ap.parse_args()
     release = read_release(args.release)
-    frames = [pl.from_arrow(read_results(p)) for p in args.results]
-    seen = set(pl.concat(frames)["problem_id"]) if frames else set()
-    for path in map(Path, args.progress):
-        rows = [r for r in rows_from_progress(path, release, args.hardware) if r["problem_id"] not in seen]
-        if rows:
-            frames.append(pl.DataFrame(rows, schema=pl.from_arrow(RESULTS.empty_table()).schema, strict=False))
-            seen |= {r["problem_id"] for r in rows}
-    results = pl.concat(frames, how="diagonal_relaxed")
+    results = collect(release, args.progress, args.results, args.hardware)
     per_problem = problem_scores(results)
     table = (release.manifest.join(results.select("problem_id", "stage", "t_measured_s", "t_roofline_s",
-                                                  "t_reference_s", "speedup", "native_fraction", "error"),
+                                                  "t_reference_s", "speedup", "native_fraction", "error",
+                                                  "source"),
                                    on="problem_id", how="left")
              .join(per_problem.select("problem_id", "s_i"), on="problem_id", how="left")
              .with_columns(pl.col("stage").fill_null("not run"), pl.col("s_i").fill_null(0.0))
@@ -79,7 +79,7 @@ def main() -> int:
                        (pl.col("t_reference_s") * 1e6).alias("t_reference_us"),
                        pl.col("s_i").alias("roofline_fraction")).select(
         "operator", "problem_id", "input_kwargs", "stage", "t_measured_us", "t_roofline_us", "roofline_fraction",
-        "t_reference_us", "speedup", "native_fraction", "error").write_csv(args.csv)
+        "t_reference_us", "speedup", "native_fraction", "error", "source").write_csv(args.csv)
 
     (s,) = [x for x in score(results, release) if x["hardware"] == args.hardware]
     # "largest": the operator's largest problem that ran to the end, against the datasheet roofline (S) and
@@ -88,18 +88,19 @@ def main() -> int:
                 .select("problem_id", "t_roofline_measured_s"))
     table = table.join(measured, on="problem_id", how="left")
     print(f"{'operator':<30}{'problems':>9}{'done':>6}{'S_op':>7}{'W_op':>8}{'largest S':>10}{'of measured':>12}"
-          f"{'med speedup':>12}  failures")
+          f"{'med speedup':>12}  {'failures':<24}runs")
     for op, group in table.group_by("operator", maintain_order=True):
         done = group.filter(pl.col("stage") == "done")
         largest = done.sort("t_roofline_s", descending=True, nulls_last=True).head(1)
         fails = sorted({st for st in group["stage"] if st != "done"})
         speedups = [x for x in done["speedup"] if x is not None]
+        runs = ",".join(sorted({_short(x) for x in group["source"] if x is not None}))
         big_s = float(largest["s_i"][0]) if largest.height else 0.0
         big_m = (float(largest["t_roofline_measured_s"][0] / largest["t_measured_s"][0]) if largest.height
                  else 0.0)
         print(f"{op[0]:<30}{group.height:>9}{done.height:>6}{s['S_op'].get(op[0], 0.0):>7.3f}"
               f"{s['W_op'].get(op[0], 0.0):>8.3f}{big_s:>10.3f}{big_m:>12.3f}"
-              f"{statistics.median(speedups) if speedups else float('nan'):>12.2f}  {','.join(fails)}")
+              f"{statistics.median(speedups) if speedups else float('nan'):>12.2f}  {','.join(fails):<24}{runs}")
     print(f"S_agg (catalogue weights) {s['S_agg']:.4f}; per-problem weighted {s['S_problem_weighted']:.4f}; "
           f"evaluated {s['evaluated']}/{s['problems']}; phases "
           + " ".join(f"{k} {v:.4f}" for k, v in s["S_agg_phase"].items() if v is not None))
@@ -125,7 +126,34 @@ def main() -> int:
               f"{covered:.1%} of that weight; the rest count 0: "
               + ", ".join(f"{r['operator']} {r['weight'] / total:.1%}" for r in w.iter_rows(named=True)
                           if r["operator"] not in measured) + ")")
+        if args.weights_progress:
+            own = collect(other, args.weights_progress, [], args.hardware)
+            (o,) = [x for x in score(own, other) if x["hardware"] == args.hardware]
+            print(f"S_agg of {other.name} on its own problems: {o['S_agg']:.4f} (evaluated {o['evaluated']}/"
+                  f"{o['problems']}); S_op " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(o["S_op"].items())))
     return 0
+
+
+def collect(release, progress: list[str], results: list[str], hardware: str) -> pl.DataFrame:
+    """One result row per problem: from the first progress file that has it, else the first results file;
+    `source` names the file."""
+    frames, seen = [], set()
+    schema = pl.from_arrow(RESULTS.empty_table()).schema
+    for path in map(Path, progress):
+        rows = [r for r in rows_from_progress(path, release, hardware) if r["problem_id"] not in seen]
+        if rows:
+            frames.append(pl.DataFrame(rows, schema=schema, strict=False).with_columns(source=pl.lit(path.name)))
+            seen |= {r["problem_id"] for r in rows}
+    for path in map(Path, results):
+        frame = pl.from_arrow(read_results(path)).filter(~pl.col("problem_id").is_in(list(seen)))
+        frames.append(frame.unique("problem_id", keep="last").with_columns(source=pl.lit(path.name)))
+        seen |= set(frame["problem_id"])
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _short(source: str) -> str:
+    """run3_new_ops_progress.jsonl -> run3"""
+    return source.split("_")[0].split(".")[0]
 
 
 if __name__ == "__main__":
