@@ -187,10 +187,10 @@ SUM_CONFIGS = [triton.Config({"BLOCK_T": m, "BLOCK_N": n}, num_warps=w)
                for m, n, w in ((1, 1024, 4), (2, 1024, 4), (1, 2048, 8), (4, 512, 4))]
 
 
-@triton.autotune(configs=SUM_CONFIGS, key=["H", "TOP_K"])
+@triton.autotune(configs=SUM_CONFIGS, key=["H", "TOP_K", "tokens_log2"])
 @triton.jit
-def moe_slot_sum_kernel(y_ptr, out_ptr, n_tokens, H, y_s, out_s, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
+def moe_slot_sum_kernel(y_ptr, out_ptr, n_tokens, H, tokens_log2, y_s, out_s, TOP_K: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (t < n_tokens)[:, None] & (cols < H)[None, :]
@@ -260,5 +260,5 @@ class Model(nn.Module):
             BLOCK_M=bm)
         if k > 1:
             moe_slot_sum_kernel[lambda meta: (triton.cdiv(t, meta["BLOCK_T"]), triton.cdiv(h, meta["BLOCK_N"]))](
-                y, out, t, h, y.stride(0), out.stride(0), TOP_K=k)
+                y, out, t, h, t.bit_length(), y.stride(0), out.stride(0), TOP_K=k)
         return out

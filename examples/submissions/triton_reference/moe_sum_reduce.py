@@ -2,7 +2,7 @@
 
 A program owns a [BLOCK_M tokens, BLOCK_N columns] output tile and streams the top_k expert rows of each
 token through registers (top_k is a compile-time constant, so the loop is unrolled and its loads issued
-together). Tile shape and warps are autotuned per (top_k, hidden).
+together). Tile shape and warps are autotuned per (top_k, hidden, token count to a power of two).
 """
 
 import torch
@@ -14,9 +14,9 @@ CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w)
            for m, n, w in ((1, 1024, 4), (1, 2048, 8), (2, 1024, 4), (2, 2048, 8), (4, 512, 4), (1, 512, 2))]
 
 
-@triton.autotune(configs=CONFIGS, key=["hidden", "TOP_K"])
+@triton.autotune(configs=CONFIGS, key=["hidden", "TOP_K", "tokens_log2"])
 @triton.jit
-def moe_sum_reduce_kernel(x_ptr, out_ptr, n_tokens, hidden, x_stride_t, x_stride_k, out_stride, scale,
+def moe_sum_reduce_kernel(x_ptr, out_ptr, n_tokens, hidden, tokens_log2, x_stride_t, x_stride_k, out_stride, scale,
                           TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -45,6 +45,6 @@ class Model(nn.Module):
             def grid(meta):
                 return triton.cdiv(n_tokens, meta["BLOCK_M"]), triton.cdiv(hidden, meta["BLOCK_N"])
 
-            moe_sum_reduce_kernel[grid](x, out, n_tokens, hidden, x.stride(0), x.stride(1), out.stride(0),
-                                        self.routed_scaling_factor, TOP_K=top_k)
+            moe_sum_reduce_kernel[grid](x, out, n_tokens, hidden, n_tokens.bit_length(), x.stride(0), x.stride(1),
+                                        out.stride(0), self.routed_scaling_factor, TOP_K=top_k)
         return out

@@ -12,7 +12,10 @@ cu_seqlens_q and leaves if its tile is past the sequence's queries. The second a
 keeps its Q tile in registers and walks the keys it may see (up to the causal limit of its last token) BLOCK_N
 at a time, looking each key's page up in the block table (unmasked steps for the keys every row sees, masked
 ones near the diagonal), with an online softmax (exp2, fp32 statistics) and both products on tensor cores
-(tl.dot; P cast to the cache dtype as flash attention does). Rows that see no key give zeros. Strides are passed
+(tl.dot; P cast to the cache dtype as flash attention does). Rows that see no key give zeros. The autotuner keys on
+the group, the head, the tile rows and the grid's size to a power of two (programs_log2, unused in the kernel):
+keyed without the size, the config picked on a group's first problem, 18 sequences, stayed for its 2056-sequence
+ones. Strides are passed
 in units of VEC elements (8 when every stride is a multiple of 8 and the tensors are 16-byte aligned, else 1), so
 Triton can prove each row start 16-byte aligned and use vector loads and asynchronous copies even for heads of
 72 (on an H200 before this, D = 72 ran at 0.11 of the roofline against 0.30 at D = 128; padding the head to 128
@@ -74,11 +77,11 @@ def _kv_step(q, acc, m, l, k_base, v_base, table_row, start, kv_end, limit, scal
     return acc, m_new, l
 
 
-@triton.autotune(configs=_configs(), key=["GROUP", "HEAD_DIM", "BLOCK_M"],
+@triton.autotune(configs=_configs(), key=["GROUP", "HEAD_DIM", "BLOCK_M", "programs_log2"],
                  prune_configs_by={"early_config_prune": prune_configs})
 @triton.jit
 def unified_attention_kernel(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, out_ptr, scale_log2, num_seqs,
-                             q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, table_stride, out_s0, out_s1,
+                             programs_log2, q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, table_stride, out_s0, out_s1,
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BS: tl.constexpr, BLOCK_Q: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VEC: tl.constexpr):
     # element strides (not table_stride) come in units of VEC: every row start below is a multiple of VEC
@@ -170,7 +173,7 @@ class Model(nn.Module):
         q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2 = (x // vec for x in strides)
         unified_attention_kernel[grid](
             q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, out, d ** -0.5 * math.log2(math.e), num_seqs,
-            q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, block_table.stride(0), out.stride(0) // vec,
+            (grid[0] * grid[1]).bit_length(), q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, block_table.stride(0), out.stride(0) // vec,
             out.stride(1) // vec, GROUP=group, HEAD_DIM=d, BS=bs, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d,
             VEC=vec)
         return out
