@@ -128,10 +128,12 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
     sub = ADVERSARIAL / "honest"
     ops = ["rms_norm", "silu_and_mul"]
     chosen = [p["problem_id"] for op in ops for p in spread(problems_by_size(release, op), per_op)]
-    runs = []
+    runs, clocks = [], [{}, {}]  # clocks: the SM clock (MHz) each problem's timed calls ran at, per run
     for run in (0, 1):
         t0 = time.monotonic()
-        rows = evaluate(sub, release, config=EvalConfig(device="cuda", run=run), ops=ops, problems=chosen)
+        rows = evaluate(sub, release, config=EvalConfig(device="cuda", run=run), ops=ops, problems=chosen,
+                        progress=lambda problem, verdict, run=run:
+                        clocks[run].__setitem__(problem.problem_id, verdict.get("sm_clock_mhz")))
         write_results(rows, out / "honest.parquet", append=run > 0)
         runs.append({r["problem_id"]: r for r in rows})
         log(f"[honest] run {run}: {len(rows)} problems in {time.monotonic() - t0:.0f} s; stages "
@@ -143,7 +145,8 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
         row = {"problem_id": pid, "operator": a["operator"], "stage": [a["stage"], b["stage"]],
                "error": a["error"] or b["error"], "t0_s": a["t_measured_s"], "t1_s": b["t_measured_s"],
                "p10_s": a["t_p10_s"], "p90_s": a["t_p90_s"], "t_roofline_s": a["t_roofline_s"],
-               "t_reference_s": a["t_reference_s"], "native_fraction": a["native_fraction"]}
+               "t_reference_s": a["t_reference_s"], "native_fraction": a["native_fraction"],
+               "sm_clock_mhz": [clocks[0].get(pid), clocks[1].get(pid)]}
         if a["t_measured_s"] and b["t_measured_s"]:
             row["repeat_diff"] = abs(b["t_measured_s"] - a["t_measured_s"]) / a["t_measured_s"]
             row["do_bench_s"] = do_bench_median(sub / f"{a['operator']}.py", a["operator"], problems[pid])
@@ -151,7 +154,7 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
         table.append(row)
         log(f"    {pid} {row['operator']:<13} {row['stage']} t0={_us(row['t0_s'])} t1={_us(row['t1_s'])} "
             f"do_bench={_us(row.get('do_bench_s'))} repeat={_pct(row.get('repeat_diff'))} "
-            f"vs_do_bench={_pct(row.get('do_bench_diff'))} {(row['error'] or '')[:80]}")
+            f"vs_do_bench={_pct(row.get('do_bench_diff'))} sm_clock={row['sm_clock_mhz']} {(row['error'] or '')[:80]}")
     timed = [r for r in table if "repeat_diff" in r]
     doc = {"problems": len(table), "timed": len(timed),
            "all_done": all(r["stage"] == ["done", "done"] for r in table),

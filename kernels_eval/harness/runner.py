@@ -307,7 +307,8 @@ class OperatorJudge:
         # that interval, work pushed to another stream does not.
         if kernel_s > self.config.sidestream_tolerance * q["median"] + 5e-6:
             return self._fail(v, "performance", _outside_stream(kernel_s, q["median"]))
-        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(times))
+        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(times),
+                 sm_clock_mhz=timed.get("sm_clock_mhz"))
         v["t_reference_s"] = self._reference_time(model, input_kwargs)
         v["stage"] = "done"
         return v

@@ -289,10 +289,11 @@ class Worker:
                                min_calls=int(msg.get("min_calls", 10)), max_calls=int(msg.get("max_calls", 200)),
                                budget_s=float(msg.get("budget_s", 0.5)))
         host_s = time.perf_counter() - host0
+        clock = _sm_clock_mhz(torch)  # right after the timed calls, while the GPU still runs at their clock
         self._check_tamper("timing")
         self.log.take()
         self.inputs = sets[-1]
-        return {"ok": True, "times_s": times, "host_s": host_s, "sets": n_sets}
+        return {"ok": True, "times_s": times, "host_s": host_s, "sets": n_sets, "sm_clock_mhz": clock}
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
@@ -372,5 +373,15 @@ def main() -> int:
         channel.send(res_fd, reply)
 
 
+def _sm_clock_mhz(torch) -> int | None:
+    """The GPU's current SM clock (MHz, through NVML), or None where NVML is missing: a latency-bound kernel's
+    time scales with it, so a timing is reported with the clock it ran at."""
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 - no pynvml, no NVML driver, or a device NVML cannot see
+        return None
+
+
 if __name__ == "__main__":
     sys.exit(main())
+
