@@ -135,12 +135,13 @@ def main() -> int:
 
 
 def collect(release, progress: list[str], results: list[str], hardware: str) -> pl.DataFrame:
-    """One result row per problem: from the first progress file that has it, else the first results file;
-    `source` names the file."""
+    """One result row per problem: from the first progress file that has it (its last verdict there), else the
+    first results file; `source` names the file."""
     frames, seen = [], set()
     schema = pl.from_arrow(RESULTS.empty_table()).schema
     for path in map(Path, progress):
-        rows = [r for r in rows_from_progress(path, release, hardware) if r["problem_id"] not in seen]
+        latest = {r["problem_id"]: r for r in rows_from_progress(path, release, hardware)}  # a re-run: the last
+        rows = [r for pid, r in latest.items() if pid not in seen]
         if rows:
             frames.append(pl.DataFrame(rows, schema=schema, strict=False).with_columns(source=pl.lit(path.name)))
             seen |= {r["problem_id"] for r in rows}
