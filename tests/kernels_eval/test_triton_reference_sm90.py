@@ -1,9 +1,9 @@
 """The Triton reference submission compiles for Hopper: every @triton.jit kernel that its operator files launch
-on the registry smoke shapes compiles for sm_90 down to a cubin, with no GPU, using the ptxas in the triton
+on the registry smoke shapes and the CPU test's edge shapes compiles for sm_90 down to a cubin, with no GPU, using the ptxas in the triton
 wheel. This catches what Triton's CPU interpreter (test_triton_reference.py) never runs: the frontend's type
 and constexpr checks, layout and MMA lowering, LLVM and ptxas. A kernel that fails here fails on the H200.
 
-Two child processes. The first runs every operator's Model on its smoke shapes under the interpreter (with the
+Two child processes. The first runs every operator's Model on those shapes under the interpreter (with the
 evaluator's shims) and records each launch as a GPU launch would compile it: Triton's own binder with the
 CUDA backend turns the real arguments into the signature (pointer dtypes, i32/i64), the constexprs (including
 the ints equal to 1 and the Nones that Triton specialises) and the 16-byte divisibility hints of pointers and
@@ -11,12 +11,12 @@ ints, and the launch options (num_warps, num_stages, ...) are those the autotune
 second (no interpreter) imports each submission file normally and compiles the distinct records for sm_90.
 
 Covered: the launch the interpreter's autotuner shim chose (the first config left after pruning) for every
-smoke shape, plus for each autotuned kernel up to EXTRA_CONFIGS more of the configs it benchmarked (the
+shape, plus for each autotuned kernel up to EXTRA_CONFIGS more of the configs it benchmarked (the
 smallest and the largest); a kernel launched without an autotuner must also fit the H200's shared memory.
 Not covered: the other autotune configs (an autotuner skips configs that fail to compile or do not fit, so
-one compiling config suffices to run), shapes beyond the smoke set (other constexpr branches, other
-divisibility), register spills and speed, and Triton versions other than the one installed here: the GPU
-machine may run an older Triton (3.6), whose frontend accepts and rejects slightly different code.
+one compiling config suffices to run), shapes beyond those (other constexpr branches, other divisibility),
+register spills and speed. The GPU machine runs an older Triton (3.6), whose frontend accepts and rejects
+slightly different code: with HOTSHAPE_SM90_TRITON_PATH set (CI sets it) every record compiles with that one too.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ if __name__ == "__main__":  # the children: make the repo importable without an 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels_eval import registry  # noqa: E402
+from tests.kernels_eval.test_triton_reference import EXTRA  # noqa: E402 - the CPU test's edge shapes, compiled too
 
 REPO = Path(__file__).resolve().parents[2]
 # A folder holding another Triton (`pip install --target DIR --no-deps triton==3.6.0`): the compile children
@@ -277,14 +278,15 @@ def _record_child() -> dict:
         mod_spec = importlib.util.spec_from_file_location(f"triton_reference_{op}", path)
         module = importlib.util.module_from_spec(mod_spec)
         reference = registry.load_reference(op)
+        shapes = [(smoke.init, smoke.inputs) for smoke in registry.spec(op).smoke] + EXTRA.get(op, [])
         try:
             mod_spec.loader.exec_module(module)
-            for smoke in registry.spec(op).smoke:
-                given = reference.make_inputs(**smoke.inputs, device="cpu", generator=torch.Generator().manual_seed(0))
+            for init, inputs in shapes:
+                given = reference.make_inputs(**inputs, device="cpu", generator=torch.Generator().manual_seed(0))
                 rec.op = op
                 try:
                     with torch.no_grad():
-                        module.Model(**smoke.init)(**given)
+                        module.Model(**init)(**given)
                 finally:
                     rec.op = None
         except Exception as exc:  # noqa: BLE001 - reported by the parent, which names the operator

@@ -84,15 +84,22 @@ def _silu(a, SILU: tl.constexpr):
 
 
 @triton.jit
-def _fast_acc(cur, prev, w_ptr, bias, WIDTH: tl.constexpr, R: tl.constexpr):
-    """Pre-activation outputs of a chunk inside one row past its first WIDTH - 1 tokens: scalar weights
-    (w_ptr: the row's taps), every tap input the flat neighbour from the split registers."""
+def _tap_inputs(cur, prev, WIDTH: tl.constexpr, R: tl.constexpr):
+    """The 16 tap inputs around a thread's vector: the vector before it (elements 0-7; unused at width 1) and
+    its own (8-15), each split into its 8 columns ([R] each)."""
     e = _split8(cur, R)
     if WIDTH > 1:
         p = _split8(prev.to(tl.float32), R)
     else:
         p = e
-    s = (p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+    return (p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+
+
+@triton.jit
+def _fast_acc(cur, prev, w_ptr, bias, WIDTH: tl.constexpr, R: tl.constexpr):
+    """Pre-activation outputs of a chunk inside one row past its first WIDTH - 1 tokens: scalar weights
+    (w_ptr: the row's taps), every tap input the flat neighbour from the split registers."""
+    s = _tap_inputs(cur, prev, WIDTH, R)
     a0 = tl.zeros((R,), tl.float32) + bias
     a1 = a0
     a2 = a0
@@ -135,12 +142,7 @@ def _aligned_acc(cur, prev, w_ptr, b_ptr, s_ptr, c0, t0, dim, T, w_stride, s_str
     """Pre-activation outputs of a boundary chunk when T % 8 == 0: every row starts at a vector, so channel
     and token are per vector ([R]: one thread's), and only the columns of a row's first vector that reach back
     past it (statically known) select a state value. Costs about what the fast path does."""
-    e = _split8(cur, R)
-    if WIDTH > 1:
-        p = _split8(prev.to(tl.float32), R)
-    else:
-        p = e
-    s = (p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+    s = _tap_inputs(cur, prev, WIDTH, R)
     te = t0 + 8 * tl.arange(0, R)
     second = te >= T  # the vector belongs to channel c0 + 1
     start = tl.where(second, te - T, te) == 0  # the vector starts its row
@@ -190,12 +192,7 @@ def _boundary_acc(cur, prev, xb, w_ptr, b_ptr, s_ptr, f0, c0, t0, idx, dim, T, N
     fast path's flat-neighbour sums with each element's own channel's taps (second: c0 + 1), then the first
     WIDTH - 1 tokens of row c0 (if in the chunk) and of row c0 + 1 (if it starts in it), whose inputs reach
     before the row start into the state, replaced by values computed as scalars."""
-    e = _split8(cur, R)
-    if WIDTH > 1:
-        p = _split8(prev.to(tl.float32), R)
-    else:
-        p = e
-    s = (p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+    s = _tap_inputs(cur, prev, WIDTH, R)
     second = t0 + idx >= T  # the output belongs to channel c0 + 1
     c1 = tl.minimum(c0 + 1, dim - 1)  # clamped: past the last channel every output is masked
     wp0 = w_ptr + c0 * w_stride
