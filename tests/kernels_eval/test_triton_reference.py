@@ -121,7 +121,19 @@ EXTRA = {
                                    "top_k": 1})],
     "gated_delta_rule_update": [({"softplus_beta": 2.0, "softplus_threshold": 1.0, "use_qk_l2norm": True},
                                  {"token_count": 6, "num_v_heads": 3, "state_count": 5, "value_dim": 40,
-                                  "num_q_heads": 1, "key_dim": 24, "batch_size": 3})],
+                                  "num_q_heads": 1, "key_dim": 24, "batch_size": 3}),
+                                # the chunked path (64-token chunks): a partial last chunk, several sequences
+                                ({"softplus_beta": 2.0, "softplus_threshold": 1.0, "use_qk_l2norm": True},
+                                 {"token_count": 200, "num_v_heads": 3, "state_count": 5, "value_dim": 40,
+                                  "num_q_heads": 1, "key_dim": 24, "batch_size": 3}),
+                                # whole chunks only; grouped q/k heads
+                                ({"softplus_beta": 1.0, "softplus_threshold": 20.0, "use_qk_l2norm": True},
+                                 {"token_count": 128, "num_v_heads": 4, "state_count": 2, "value_dim": 32,
+                                  "num_q_heads": 2, "key_dim": 32, "batch_size": 1}),
+                                # one chunk, no normalisation, key and value heads narrower than a tl.dot
+                                ({"softplus_beta": 1.0, "softplus_threshold": 20.0, "use_qk_l2norm": False},
+                                 {"token_count": 64, "num_v_heads": 2, "state_count": 1, "value_dim": 8,
+                                  "num_q_heads": 1, "key_dim": 8, "batch_size": 1})],
     "chunk_delta_rule_output": [({"chunk_size": 12}, {"token_count": 40, "num_v_heads": 3, "value_dim": 24,
                                                       "num_q_heads": 1, "chunk_size": 12, "key_dim": 40,
                                                       "batch_size": 2})],
