@@ -216,7 +216,8 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
     return doc
 
 
-def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None) -> dict:
+def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
+                 device: str = "cuda") -> dict:
     """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
     the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
     (score it with `hotshape score`)."""
@@ -234,7 +235,7 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
             f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.get('error') or '')[:100]}")
 
-    rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, problems=problems, progress=progress)
+    rows = evaluate(sub, release, config=EvalConfig(device=device), ops=ops, problems=problems, progress=progress)
     path = out / "triton_reference.parquet"
     write_results(rows, path, append=path.exists())
     stages: dict[str, int] = {}
@@ -261,6 +262,8 @@ def main() -> int:
     ap.add_argument("--full-ops", default=None, help="comma-separated subset for the full phase")
     ap.add_argument("--full-per-op", type=int, default=None, help="only this many problems per operator")
     ap.add_argument("--problems", default=None, help="comma-separated problem ids for the triton phase")
+    ap.add_argument("--device", default="cuda", help="the triton phase's device (cpu: a dry run of a plan, smoke "
+                                                     "shapes under Triton's interpreter)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +275,7 @@ def main() -> int:
         phase_honest(release, out, args.honest_per_op)
     if "triton" in phases:
         phase_triton(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
-                     args.problems.split(",") if args.problems else None)
+                     args.problems.split(",") if args.problems else None, args.device)
     if "full" in phases:
         phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                    args.full_per_op)

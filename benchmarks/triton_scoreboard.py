@@ -96,8 +96,8 @@ def main() -> int:
         speedups = [x for x in done["speedup"] if x is not None]
         runs = ",".join(sorted({_short(x) for x in group["source"] if x is not None}))
         big_s = float(largest["s_i"][0]) if largest.height else 0.0
-        big_m = (float(largest["t_roofline_measured_s"][0] / largest["t_measured_s"][0]) if largest.height
-                 else 0.0)
+        big_m = (float(largest["t_roofline_measured_s"][0] / largest["t_measured_s"][0])
+                 if largest.height and largest["t_measured_s"][0] and largest["t_roofline_measured_s"][0] else 0.0)
         print(f"{op[0]:<30}{group.height:>9}{done.height:>6}{s['S_op'].get(op[0], 0.0):>7.3f}"
               f"{s['W_op'].get(op[0], 0.0):>8.3f}{big_s:>10.3f}{big_m:>12.3f}"
               f"{statistics.median(speedups) if speedups else float('nan'):>12.2f}  {','.join(fails):<24}{runs}")
