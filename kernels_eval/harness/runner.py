@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -26,6 +27,10 @@ from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 
 STAGES = ("compile", "correctness", "adoption", "performance", "done")
+# Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
+# later call in that worker fails at once, so the operator's next problem gets a fresh worker.
+CONTEXT_LOST = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch "
+                          r"failure|device-side assert|AcceleratorError|Triton Error \[CUDA\]", re.IGNORECASE)
 
 
 @dataclass
@@ -426,7 +431,9 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
                     progress, worker: WorkerProcess | None = None) -> dict[str, dict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
-    running out of memory) fails only that problem, with the error named."""
+    running out of memory) fails only that problem, with the error named; so does a candidate error that kills
+    the worker's CUDA context (an illegal address, say): the next problem starts a fresh worker (seen on H200:
+    one faulting problem failed the operator's 20 others in under a millisecond each)."""
     judge = OperatorJudge(op, file, config, workdir, worker)
     if config.device == "cpu":
         groups = [(plist, [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke])]
@@ -444,6 +451,9 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
                 judge.close()
                 judge = OperatorJudge(op, file, config, workdir)
                 _free_device_memory(config.device)
+            if config.device == "cuda" and CONTEXT_LOST.search(verdict.get("error") or ""):
+                judge.close()  # the worker's CUDA context is dead: judge the next problem in a fresh one
+                judge = OperatorJudge(op, file, config, workdir)
             verdict["eval_s"] = time.monotonic() - t0
             for p in problems:
                 verdicts[p.problem_id] = verdict

@@ -184,3 +184,24 @@ def test_outputs_must_be_on_the_reference_device():
     e = _bf16()
     meta = {"out": e.to("meta")}
     assert "is on meta, expected cpu" in compare_outputs(meta, {"out": e}, TOL)[0][0]
+
+
+def test_errors_that_kill_a_cuda_context_are_told_from_ordinary_failures():
+    from kernels_eval.harness.runner import CONTEXT_LOST
+
+    lost = [  # as the worker reported them on an H200 (torch 2.11, Triton 3.6), and CUDA's other sticky errors
+        "call failed: AcceleratorError: CUDA error: an illegal memory access was encountered\nSearch for "
+        "`cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+        "call failed: RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered",
+        "call failed: RuntimeError: CUDA error: misaligned address",
+        "call failed: RuntimeError: CUDA error: unspecified launch failure",
+        "call failed: RuntimeError: CUDA error: device-side assert triggered",
+    ]
+    ordinary = [
+        "input set 1, {\"n\":4}: out: 3 of 16 elements differ (max abs err 0.5, atol 0.02)",
+        "call failed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "call failed: ValueError: head_dim 72 is not supported",
+        "worker exited with code 0 during the call",
+    ]
+    assert all(CONTEXT_LOST.search(e) for e in lost)
+    assert not any(CONTEXT_LOST.search(e) for e in ordinary)
