@@ -131,9 +131,12 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
     runs, clocks = [], [{}, {}]  # clocks: the SM clock (MHz) each problem's timed calls ran at, per run
     for run in (0, 1):
         t0 = time.monotonic()
+
+        def keep_clock(problem, verdict, run=run):
+            clocks[run][problem.problem_id] = verdict.get("sm_clock_mhz")
+
         rows = evaluate(sub, release, config=EvalConfig(device="cuda", run=run), ops=ops, problems=chosen,
-                        progress=lambda problem, verdict, run=run:
-                        clocks[run].__setitem__(problem.problem_id, verdict.get("sm_clock_mhz")))
+                        progress=keep_clock)
         write_results(rows, out / "honest.parquet", append=run > 0)
         runs.append({r["problem_id"]: r for r in rows})
         log(f"[honest] run {run}: {len(rows)} problems in {time.monotonic() - t0:.0f} s; stages "

@@ -22,8 +22,9 @@ its Model as the evaluator calls it):
                      library gets the easier contiguous layout and no block-table walk; the gather is not timed).
                      GQA uses SDPA's enable_gqa when the flash backend accepts it, else K/V heads repeated.
 
-Timing: CUDA events around each call, a 1 GiB buffer zeroed before each call (L2 flushed), warm-up calls
-first (ours autotunes on its first call), median of --reps (>= 20) calls. TFLOP/s use the work models'
+Timing: the evaluator's loop (kernels_eval.harness.timing.time_calls: CUDA events, L2 flushed and a launch
+shield queued before each call, settling), after a first untimed call (ours autotunes there), median of at
+least --reps (>= 20) calls. TFLOP/s use the work models'
 flops() (kernels_eval/work/<op>.py), the same count for both sides; ratio = library time / our time (= our
 rate / library rate). Each operator runs in its own child process so a crash (an illegal memory access
 poisons the CUDA context) loses only that operator. Writes --out (JSON) and prints a table last; about
@@ -54,7 +55,6 @@ MARK = "KVL_RESULT "
 # (Llama-8B-like projections), 6 of the 9 pairs so the whole script stays near 100 s (each shape autotunes 15 configs)
 GEMM_SHAPES = ((4096, 4096, 4096), (8192, 4096, 4096), (16384, 4096, 4096), (8192, 14336, 4096),
                (8192, 4096, 14336), (16384, 14336, 4096))
-FLUSH_BYTES = 1 << 30
 
 
 # ---- shapes (no torch, no GPU) ---------------------------------------------------------------------------
@@ -118,30 +118,12 @@ def _load_submission(op: str, folder: str):
     return module
 
 
-class Timer:
-    """Median of CUDA-event times, each call preceded by zeroing a 1 GiB buffer (an L2 flush)."""
+def timed_median(fn, reps: int, warmup: int) -> float:
+    """Median seconds per call of fn() under the evaluator's own timing loop (kernels_eval.harness.timing), so
+    both sides are timed exactly as the scoreboard's problems are; at least `reps` (>= 20) calls."""
+    from kernels_eval.harness.timing import quantiles, time_calls
 
-    def __init__(self, reps: int, warmup: int) -> None:
-        import torch
-
-        self.torch = torch
-        self.reps, self.warmup = max(20, reps), warmup
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-
-    def __call__(self, fn) -> float:
-        torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for s, e in zip(starts, ends):
-            self.flush.zero_()
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e-3
+    return quantiles(time_calls(lambda: fn(), [{}], warmup=max(1, warmup), min_calls=max(20, reps)))["median"]
 
 
 def _sdpa_flash(q, k, v, causal: bool):
@@ -224,7 +206,6 @@ def _run_op(op: str, shapes: list[dict], args) -> list[dict]:
 
     module = _load_submission(op, args.submission)
     reference = registry.load_reference(op)
-    timer = Timer(args.reps, args.warmup)
     results = []
     for shape in shapes:
         kw = {**shape["init"], **shape["inputs"]}
@@ -255,8 +236,8 @@ def _run_op(op: str, shapes: list[dict], args) -> list[dict]:
                 torch.cuda.synchronize()
                 res["max_abs_diff"] = float((ours.float() - to_packed(lib).float()).abs().max())
                 del ours, lib
-                res["ours_s"] = timer(ours_fn)
-                res["library_s"] = timer(lib_fn)
+                res["ours_s"] = timed_median(ours_fn, args.reps, args.warmup)
+                res["library_s"] = timed_median(lib_fn, args.reps, args.warmup)
             res["ours_tflops"] = res["flops"] / res["ours_s"] / 1e12
             res["library_tflops"] = res["flops"] / res["library_s"] / 1e12
             res["ratio"] = res["library_s"] / res["ours_s"]

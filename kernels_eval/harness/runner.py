@@ -445,14 +445,15 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
             t0 = time.monotonic()
             try:
                 verdict = judge.evaluate_shapes(shapes)
+                # a dead CUDA context in the worker fails every later call: the next problem gets a fresh one
+                fresh = config.device == "cuda" and bool(CONTEXT_LOST.search(verdict.get("error") or ""))
             except Exception as exc:  # noqa: BLE001 - reported in the row; the run goes on
                 verdict = {"stage": "compile", "error": f"evaluator error, problem not judged: "
                                                         f"{type(exc).__name__}: {exc}"[:2000]}
-                judge.close()
-                judge = OperatorJudge(op, file, config, workdir)
+                fresh = True
                 _free_device_memory(config.device)
-            if config.device == "cuda" and CONTEXT_LOST.search(verdict.get("error") or ""):
-                judge.close()  # the worker's CUDA context is dead: judge the next problem in a fresh one
+            if fresh:
+                judge.close()
                 judge = OperatorJudge(op, file, config, workdir)
             verdict["eval_s"] = time.monotonic() - t0
             for p in problems:
