@@ -61,6 +61,14 @@ def topk_routing(tokens: int, experts: int, top_k: int, *, device, generator):
     return weights.contiguous(), ids.to(torch.int32).contiguous()
 
 
+def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
+    """amax / fp8_max, divided with IEEE rounding on every device. PyTorch's CUDA division by a Python scalar
+    multiplies by its reciprocal instead (one ulp off for about half the values, where the CPU divides
+    exactly), which moves the quantised values that sit at a rounding tie: the same reference would give
+    different answers on CPU and GPU. A 0-d divisor on amax's own device keeps it a true division."""
+    return amax / amax.new_tensor(FP8_MAX)
+
+
 def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """fp8(x / scale), saturated to the fp8 range; `scale` broadcasts against x."""
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
@@ -79,7 +87,7 @@ def group_quantize_rows(x: torch.Tensor, group: int, *, min_scale: float = 1e-10
     step = max(1, CHUNK_ELEMENTS // max(h, 1))
     for lo in range(0, t, step):
         g = x[lo:lo + step].float().reshape(-1, h // group, group)
-        s = (g.abs().amax(dim=-1) / FP8_MAX).clamp(min=min_scale)
+        s = fp8_scale(g.abs().amax(dim=-1)).clamp(min=min_scale)
         q[lo:lo + step] = quantize_fp8(g, s.unsqueeze(-1)).reshape(-1, h)
         scales[lo:lo + step] = s
     return q, scales
@@ -93,7 +101,7 @@ def block_quantize(w: torch.Tensor, block_n: int, block_k: int):
         return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
     *lead, n, k = w.shape
     tiles = w.float().reshape(*lead, n // block_n, block_n, k // block_k, block_k)
-    scale = tiles.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-12) / FP8_MAX
+    scale = fp8_scale(tiles.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-12))
     q = (tiles / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).reshape(*lead, n, k)
     return q, scale.squeeze(-1).squeeze(-2).contiguous()
 

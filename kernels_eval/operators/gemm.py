@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from kernels_eval.operators._common import FP8_MAX, dtype_of, quantize_fp8, randn
+from kernels_eval.operators._common import dtype_of, fp8_scale, quantize_fp8, randn
 
 
 class Model(nn.Module):
@@ -34,9 +34,9 @@ def make_inputs(*, m: int, n: int, k: int, dtype: str = "bf16", scaling: str = "
     if not dtype.startswith("fp8"):
         return {"a": a.to(dtype_of(dtype)), "b": b.to(dtype_of(dtype))}
     if scaling == "per_row":
-        sa = a.float().abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
-        sb = b.float().abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
+        sa = fp8_scale(a.float().abs().amax(dim=1).clamp(min=1e-12))
+        sb = fp8_scale(b.float().abs().amax(dim=1).clamp(min=1e-12))
         return {"a": quantize_fp8(a, sa[:, None]), "b": quantize_fp8(b, sb[:, None]), "a_scale": sa, "b_scale": sb}
-    sa = a.float().abs().amax().clamp(min=1e-12) / FP8_MAX
-    sb = b.float().abs().amax().clamp(min=1e-12) / FP8_MAX
+    sa = fp8_scale(a.float().abs().amax().clamp(min=1e-12))
+    sb = fp8_scale(b.float().abs().amax().clamp(min=1e-12))
     return {"a": quantize_fp8(a, sa), "b": quantize_fp8(b, sb), "a_scale": sa, "b_scale": sb}

@@ -265,7 +265,7 @@ def gdr_chunk_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, rk_ptr, state_ptr, idx_p
 @triton.jit
 def gdr_chunk_output_kernel(q_ptr, k_ptr, vn_ptr, h_ptr, gc_ptr, rk_ptr, out_ptr, T, NC, HV, GROUP, K, V, scale, q_sb,
                             q_st, q_sh, k_sb, k_st, k_sh, o_sb, o_st, o_sh, USE_L2: tl.constexpr,
-                            CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+                            CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, DOTS: tl.constexpr):
     """Per (sequence, chunk, value head, value slice): o = scale (exp(gc) q h_c + causal(q kᵀ exp(gc_i - gc_j)) v_new)
     with q and k normalised through their 1/norm row scales."""
     pid = tl.program_id(0)
@@ -299,18 +299,30 @@ def gdr_chunk_output_kernel(q_ptr, k_ptr, vn_ptr, h_ptr, gc_ptr, rk_ptr, out_ptr
     else:
         rqn = tl.full((CHUNK,), 1.0, tl.float32)
 
-    inter = _dot_bx(q, h, tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)) * (tl.exp(gc) * rqn)[:, None]
-    scores = tl.dot(q, kt)  # bf16 products are exact, fp32 sums
+    if DOTS == 2:  # fp32 FMA dots, no tensor cores
+        qf = q.to(tl.float32)
+        inter = tl.dot(qf, h, input_precision="ieee") * (tl.exp(gc) * rqn)[:, None]
+        scores = tl.dot(qf, kt.to(tl.float32), input_precision="ieee")
+    else:
+        inter = _dot_bx(q, h, tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)) * (tl.exp(gc) * rqn)[:, None]
+        scores = tl.dot(q, kt)  # bf16 products are exact, fp32 sums
     causal = rt[:, None] >= rt[None, :]
     decay = tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0))  # masked first: no inf above the diagonal
     p = tl.where(causal, scores * (rqn[:, None] * rkn[None, :]) * decay, 0.0)
-    out = scale * _dot_xx(p, vn, inter)
+    if DOTS == 0:  # tensor cores, the intra-chunk product accumulated onto the inter-chunk one
+        out = scale * _dot_xx(p, vn, inter)
+    elif DOTS == 1:  # tensor cores, the two parts summed after
+        out = scale * (_dot_xx(p, vn, tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)) + inter)
+    else:
+        out = scale * tl.dot(p, vn, inter, input_precision="ieee")
     tl.store(out_ptr + bb * o_sb + hh * o_sh + tt64[:, None] * o_st + rv[None, :], out.to(out_ptr.dtype.element_ty),
              mask=t_ok[:, None] & v_ok[None, :])
 
 
 CHUNK = 64  # tokens per chunk of the chunked path
 CHUNKED_FROM = 64  # the chunked path from this many tokens on; decode and short prompts walk token by token
+# Launch settings of the chunked path's three kernels (state_block_v None: state_block_v_for decides).
+CHUNKED_LAUNCH = {'prepare_warps': 8, 'state_block_v': None, 'state_warps': 8, 'state_stages': 2, 'output_block_v': 32, 'output_warps': 8, 'output_dots': 2}
 
 
 def state_block_v_for(pairs: int, value_dim: int) -> int:
@@ -380,18 +392,20 @@ class Model(nn.Module):
         gc = torch.empty((bsz, hv, t), dtype=torch.float32, device=q.device)
         rk = torch.empty((bsz, hv, t), dtype=torch.float32, device=q.device)
         h = torch.empty((bsz, hv, nc, kd, vd), dtype=torch.float32, device=q.device)
+        launch = CHUNKED_LAUNCH
         gdr_chunk_prepare_kernel[(bsz * nc, hv)](
             A_log, a, dt_bias, k, v, b, w, u, gc, rk, t, nc, hv, group, kd, vd, self.beta, self.threshold,
             k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), a.stride(0), a.stride(1),
             a.stride(2), b.stride(0), b.stride(1), b.stride(2), USE_L2=self.l2, CHUNK=CHUNK, BLOCK_K=bk,
-            BLOCK_V=min(64, max(16, triton.next_power_of_2(vd))), num_warps=8)
-        bv = state_block_v_for(bsz * hv, vd)
+            BLOCK_V=min(64, max(16, triton.next_power_of_2(vd))), num_warps=launch["prepare_warps"])
+        bv = launch["state_block_v"] or state_block_v_for(bsz * hv, vd)
         gdr_chunk_state_kernel[(bsz * hv, triton.cdiv(vd, bv))](
             k, w, u, gc, rk, state, idx, h, t, nc, hv, group, kd, vd, k.stride(0), k.stride(1), k.stride(2),
-            state.stride(0), state.stride(1), state.stride(2), CHUNK=CHUNK, BLOCK_K=bk, BLOCK_V=bv, STAGES=2,
-            num_warps=8)
-        bv = min(32, max(16, triton.next_power_of_2(vd)))  # wider slices spill registers on sm_90 (ptxas -v)
+            state.stride(0), state.stride(1), state.stride(2), CHUNK=CHUNK, BLOCK_K=bk, BLOCK_V=bv,
+            STAGES=launch["state_stages"], num_warps=launch["state_warps"])
+        # wider slices than 32 spill registers on sm_90 (ptxas -v)
+        bv = min(launch["output_block_v"], max(16, triton.next_power_of_2(vd)))
         gdr_chunk_output_kernel[(bsz * nc, hv, triton.cdiv(vd, bv))](
             q, k, u, h, gc, rk, out, t, nc, hv, group, kd, vd, scale, q.stride(0), q.stride(1), q.stride(2),
             k.stride(0), k.stride(1), k.stride(2), out.stride(0), out.stride(1), out.stride(2), USE_L2=self.l2,
-            CHUNK=CHUNK, BLOCK_K=bk, BLOCK_V=bv, num_warps=8 if bv >= 32 else 4)
+            CHUNK=CHUNK, BLOCK_K=bk, BLOCK_V=bv, DOTS=launch["output_dots"], num_warps=launch["output_warps"])
