@@ -10,6 +10,12 @@ files, which are read first only when no progress file names the problem); the C
 table's `runs` column say which file each verdict came from. With --weights-progress (the verdicts of an
 evaluation on the --weights-release's own problems), that release is also scored on its own problems.
 
+Last, the issue's targets, each met or missed and by how much: S_agg >= 0.50, adoption 100%, no operator at 0,
+every memory-bound operator at >= 85% of the measured copy ceiling at its largest problem, GEMM and attention at
+>= 70% of the library rate (from --libraries: benchmarks/kernels_vs_libraries.py's JSON, or its printed log
+when the run was cut before the JSON), and with --why (a TOML table `[why]` of operator = "reason") the reason
+next to every operator that misses, and next to each operator's share of what S_agg misses.
+
     python benchmarks/triton_scoreboard.py --release out/atrex-release \
         --progress benchmarks/results/triton_reference/run4_attention_moe_progress.jsonl ... \
         --results benchmarks/results/triton_reference/run1_first_half.parquet \
@@ -21,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 import polars as pl
@@ -32,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from kernels_eval.harness.runner import Problem, result_row  # noqa: E402
 from kernels_eval.results_schema import RESULTS, read_results  # noqa: E402
-from kernels_eval.scoring import problem_scores, score  # noqa: E402
+from kernels_eval.scoring import problem_bounds, problem_scores, score  # noqa: E402
 from release.bundle import read_release  # noqa: E402
 
 
@@ -62,6 +70,9 @@ def main() -> int:
                     help="verdicts streamed by an evaluation of --weights-release's own problems")
     ap.add_argument("--hardware", default="H200")
     ap.add_argument("--csv", type=Path, required=True)
+    ap.add_argument("--libraries", nargs="*", default=[], type=Path,
+                    help="kernels_vs_libraries.py results (JSON, or its log for a run cut before the JSON)")
+    ap.add_argument("--why", type=Path, help="TOML: [why] operator = reason, printed next to each miss")
     args = ap.parse_args()
     release = read_release(args.release)
     results = collect(release, args.progress, args.results, args.hardware)
@@ -131,7 +142,85 @@ def main() -> int:
             (o,) = [x for x in score(own, other) if x["hardware"] == args.hardware]
             print(f"S_agg of {other.name} on its own problems: {o['S_agg']:.4f} (evaluated {o['evaluated']}/"
                   f"{o['problems']}); S_op " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(o["S_op"].items())))
+    why = tomllib.loads(args.why.read_text()).get("why", {}) if args.why else {}
+    for line in target_lines(table, s, release, args.hardware, [library_rows(p) for p in args.libraries], why):
+        print(line)
     return 0
+
+
+S_AGG_TARGET = 0.50
+MEMORY_TARGET = 0.85  # of the measured copy ceiling, at the operator's largest problem
+LIBRARY_TARGET = 0.70  # of the library's rate, at large prefill shapes
+
+
+def target_lines(table: pl.DataFrame, s: dict, release, hardware: str, libraries: list[list[dict]],
+                 why: dict[str, str]) -> list[str]:
+    """The issue's targets, each met or missed and by how much, with the reason of each operator that misses."""
+    def reason(op: str) -> str:
+        return f": {why[op]}" if op in why else ""
+
+    out = ["", "Targets"]
+    gap = S_AGG_TARGET - s["S_agg"]
+    out.append(f"  S_agg >= {S_AGG_TARGET:.2f}: {s['S_agg']:.4f} - "
+               + (f"missed by {gap:.4f}; what each operator leaves (W_op x (1 - S_op)), largest first:"
+                  if gap > 0 else "met"))
+    if gap > 0:
+        lost = sorted(((s["W_op"][op] * (1 - s["S_op"].get(op, 0.0)), op) for op in s["W_op"]), reverse=True)
+        out += [f"    {op:<30} {loss:.4f} (S_op {s['S_op'].get(op, 0.0):.3f}, W_op {s['W_op'][op]:.3f}){reason(op)}"
+                for loss, op in lost if loss >= 0.005]
+    done = table.filter(pl.col("stage") == "done")
+    native = done.filter(pl.col("native_fraction") >= 0.95).height
+    out.append(f"  adoption 100%: {native}/{table.height} problems native and correct - "
+               + ("met" if native == table.height else f"missed by {table.height - native} problems"))
+    zero = [op for op, v in s["S_op"].items() if v <= 0.0]
+    low = min(s["S_op"].items(), key=lambda kv: kv[1])
+    out.append(f"  no operator at 0: lowest S_op {low[0]} {low[1]:.4f} - "
+               + ("met" if not zero else "missed: " + ", ".join(f"{op}{reason(op)}" for op in zero)))
+    bounds = problem_bounds(release.manifest, hardware)
+    largest = (done.sort("t_roofline_s", descending=True, nulls_last=True).group_by("operator", maintain_order=True)
+               .first().filter(pl.col("problem_id").replace_strict(bounds, default="unknown") == "memory")
+               .with_columns((pl.col("t_roofline_measured_s") / pl.col("t_measured_s")).alias("of_measured"))
+               .sort("of_measured", descending=True))
+    met = largest.filter(pl.col("of_measured") >= MEMORY_TARGET)
+    out.append(f"  operators whose largest problem is memory-bound (by the roofline model) at >= {MEMORY_TARGET:.0%} "
+               f"of the measured copy ceiling there: {met.height} of {largest.height} met ("
+               + ", ".join(f"{r['operator']} {r['of_measured']:.2f}" for r in met.iter_rows(named=True)) + ")")
+    out += [f"    missed: {r['operator']} {r['of_measured']:.3f} (short by {MEMORY_TARGET - r['of_measured']:.3f})"
+            f"{reason(r['operator'])}" for r in largest.filter(pl.col("of_measured") < MEMORY_TARGET).iter_rows(named=True)]
+    rows = [r for rows in libraries for r in rows]
+    if rows:
+        ops = sorted({r["op"] for r in rows})
+        status = []
+        for op in ops:
+            ratios = [r["ratio"] for r in rows if r["op"] == op and r["ratio"] is not None]
+            ok = ratios and min(ratios) >= LIBRARY_TARGET
+            status.append(f"{op} {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} shapes"
+                          + ("" if ok else f" (missed{reason(op)})") if ratios else f"{op} not measured")
+        met_all = all(r["ratio"] is not None and r["ratio"] >= LIBRARY_TARGET for r in rows)
+        out.append(f"  GEMM and attention at >= {LIBRARY_TARGET:.0%} of the library rate (library time / ours): "
+                   + ("met" if met_all else "missed") + "; " + "; ".join(status))
+    else:
+        out.append("  GEMM and attention against the libraries: not measured (no --libraries)")
+    return out
+
+
+# A result line of kernels_vs_libraries.py's log: op, shape, ours ms, TF/s, library ms, TF/s, ratio, met, max diff
+LIBRARY_LINE = re.compile(r"^\s*(\w+)\s+(.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(yes|no)\s+\S+\s*$")
+
+
+def library_rows(path: Path) -> list[dict]:
+    """(op, shape, ratio) rows of a kernels_vs_libraries.py result: its JSON, or the lines of its log (the table
+    printed last repeats the progress lines: each (op, shape) is kept once)."""
+    if path.suffix == ".json":
+        return [{"op": r["op"], "shape": r["shape"], "ratio": r.get("ratio")} for r in json.loads(path.read_text())["results"]]
+    rows = {}
+    for line in path.read_text().splitlines():
+        m = LIBRARY_LINE.match(line)
+        if m:
+            rows[(m[1], m[2])] = {"op": m[1], "shape": m[2], "ratio": float(m[7])}
+    if not rows:
+        raise ValueError(f"{path}: no result lines of kernels_vs_libraries.py")
+    return list(rows.values())
 
 
 def collect(release, progress: list[str], results: list[str], hardware: str) -> pl.DataFrame:

@@ -30,7 +30,9 @@ def problem_scores(results: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
+def problem_bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
+    """problem_id -> "memory" or "compute": which side of its roofline bounds it on `hardware` ("unknown" when
+    the operator has no work model)."""
     from kernels_eval.hardware import load_hardware
     from kernels_eval.roofline import problem_roofline
 
@@ -78,7 +80,7 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
         return {"unweighted": sum(bool(r[flag]) for r in rows) / n if n else None,
                 "weighted": sum(r["weight"] for r in rows if r[flag])}
 
-    bounds = _bounds(manifest.filter(pl.col("problem_id").is_in(table["problem_id"].implode())), hardware)
+    bounds = problem_bounds(manifest.filter(pl.col("problem_id").is_in(table["problem_id"].implode())), hardware)
     by_bound = {}
     for kind in ("memory", "compute"):
         sel = [r for r in rows if bounds.get(r["problem_id"]) == kind]

@@ -1,0 +1,99 @@
+"""benchmarks/triton_scoreboard.py's target report: the library comparison read back from the committed H200
+records (JSON and a log cut before its JSON), and each target judged met or missed by how much."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tomllib
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "triton_scoreboard.py"
+LIBRARIES = REPO / "benchmarks" / "results" / "libraries"
+
+
+@pytest.fixture(scope="module")
+def board():
+    spec = importlib.util.spec_from_file_location("triton_scoreboard", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_library_log_lines_match_what_the_run_printed(board):
+    log = LIBRARIES / "kernels_vs_libraries_gemm_attention.txt"
+    rows = board.library_rows(log)
+    # every result line the cut run printed (they end in yes/no and a max |diff|), each (op, shape) once
+    printed = [line for line in log.read_text().splitlines() if line.split()[-2:-1] in (["yes"], ["no"])]
+    assert len(rows) == len({(r["op"], r["shape"]) for r in rows}) == len(printed) > 0
+    gemm = [r for r in rows if r["op"] == "gemm"]
+    assert {r["shape"] for r in gemm} >= {"M4096 N4096 K4096", "M16384 N14336 K4096"}
+    # the ratio column is library time / ours: recompute it from the two time columns of the same line
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0] == "gemm" and parts[-2] in ("yes", "no"):
+            ours, lib, ratio = float(parts[4]), float(parts[6]), float(parts[8])
+            assert abs(lib / ours - ratio) < 0.01
+            assert ratio in {r["ratio"] for r in gemm}
+
+
+def test_library_json_rows(board):
+    path = LIBRARIES / "kernels_vs_libraries_unified_attention.json"
+    raw = json.loads(path.read_text())["results"]
+    rows = board.library_rows(path)
+    assert [r["ratio"] for r in rows] == [r["ratio"] for r in raw]
+    assert {r["op"] for r in rows} == {"unified_attention"}
+
+
+def test_a_file_with_no_result_lines_is_an_error_naming_it(board, tmp_path):
+    bad = tmp_path / "empty.txt"
+    bad.write_text("-- gemm: 6 shapes\n")
+    with pytest.raises(ValueError, match="empty.txt"):
+        board.library_rows(bad)
+
+
+def _table(rows):
+    return pl.DataFrame(rows, schema={"problem_id": pl.String, "operator": pl.String, "stage": pl.String,
+                                      "native_fraction": pl.Float64, "t_measured_s": pl.Float64,
+                                      "t_roofline_s": pl.Float64, "t_roofline_measured_s": pl.Float64})
+
+
+class _Release:
+    manifest = pl.DataFrame({"problem_id": ["a1", "a2", "b1"]})
+
+
+def test_targets_say_by_how_much_and_why(board, monkeypatch):
+    monkeypatch.setattr(board, "problem_bounds", lambda manifest, hw: {"a1": "memory", "a2": "memory",
+                                                                       "b1": "compute"})
+    table = _table([
+        # op a: memory-bound; its largest problem (a2, by roofline time) at 0.6 of the measured ceiling
+        {"problem_id": "a1", "operator": "a", "stage": "done", "native_fraction": 1.0, "t_measured_s": 1e-5,
+         "t_roofline_s": 1e-6, "t_roofline_measured_s": 1e-5},
+        {"problem_id": "a2", "operator": "a", "stage": "done", "native_fraction": 1.0, "t_measured_s": 1e-3,
+         "t_roofline_s": 5e-4, "t_roofline_measured_s": 6e-4},
+        # op b: compute-bound, fell back to a library for part of its time
+        {"problem_id": "b1", "operator": "b", "stage": "adoption", "native_fraction": 0.5, "t_measured_s": None,
+         "t_roofline_s": 1e-3, "t_roofline_measured_s": None},
+    ])
+    s = {"S_agg": 0.3, "S_op": {"a": 0.5, "b": 0.0}, "W_op": {"a": 0.6, "b": 0.4}}
+    libs = [[{"op": "gemm", "shape": "M1", "ratio": 0.75}, {"op": "gemm", "shape": "M2", "ratio": 0.65}]]
+    why = {"a": "launch floor", "b": "library call"}
+    text = "\n".join(board.target_lines(table, s, _Release(), "H200", libs, why))
+    assert "0.3000 - missed by 0.2000" in text
+    # what each operator leaves: W_op x (1 - S_op), the larger first, with its reason
+    assert text.index("b                              0.4000") < text.index("a                              0.3000")
+    assert "library call" in text and "launch floor" in text
+    assert "adoption 100%: 2/3 problems native and correct - missed by 1 problems" in text
+    assert "no operator at 0: lowest S_op b 0.0000 - missed: b: library call" in text
+    assert "0 of 1 met" in text and "missed: a 0.600 (short by 0.250): launch floor" in text
+    assert "gemm 0.65-0.75 over 2 shapes (missed)" in text
+
+
+def test_every_reason_names_a_catalogue_operator():
+    why = tomllib.loads((REPO / "benchmarks" / "results" / "triton_reference" / "why.toml").read_text())["why"]
+    catalogue = {p.stem for p in (REPO / "kernels_eval" / "work").glob("*.py") if not p.stem.startswith("_")}
+    assert why and set(why) <= catalogue
