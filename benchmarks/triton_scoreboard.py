@@ -13,7 +13,7 @@ evaluation on the --weights-release's own problems), that release is also scored
 Last, the issue's targets, each met or missed and by how much: S_agg >= 0.50, adoption 100%, no operator at 0,
 every memory-bound operator at >= 85% of the measured copy ceiling at its largest problem, GEMM and attention at
 >= 70% of the library rate (from --libraries: benchmarks/kernels_vs_libraries.py's JSON, or its printed log
-when the run was cut before the JSON), and with --why (a TOML table `[why]` of operator = "reason") the reason
+when the run was cut before the JSON), and with --why (YAML: `why:` mapping operator to reason) the reason
 next to every operator that misses, and next to each operator's share of what S_agg misses.
 
     python benchmarks/triton_scoreboard.py --release out/atrex-release \
@@ -30,10 +30,10 @@ import json
 import re
 import statistics
 import sys
-import tomllib
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -72,7 +72,7 @@ def main() -> int:
     ap.add_argument("--csv", type=Path, required=True)
     ap.add_argument("--libraries", nargs="*", default=[], type=Path,
                     help="kernels_vs_libraries.py results (JSON, or its log for a run cut before the JSON)")
-    ap.add_argument("--why", type=Path, help="TOML: [why] operator = reason, printed next to each miss")
+    ap.add_argument("--why", type=Path, help="YAML: why: {operator: reason}, printed next to each miss")
     args = ap.parse_args()
     release = read_release(args.release)
     results = collect(release, args.progress, args.results, args.hardware)
@@ -142,7 +142,7 @@ def main() -> int:
             (o,) = [x for x in score(own, other) if x["hardware"] == args.hardware]
             print(f"S_agg of {other.name} on its own problems: {o['S_agg']:.4f} (evaluated {o['evaluated']}/"
                   f"{o['problems']}); S_op " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(o["S_op"].items())))
-    why = tomllib.loads(args.why.read_text()).get("why", {}) if args.why else {}
+    why = (yaml.safe_load(args.why.read_text()) or {}).get("why", {}) if args.why else {}
     for line in target_lines(table, s, release, args.hardware, [library_rows(p) for p in args.libraries], why):
         print(line)
     return 0
