@@ -209,6 +209,12 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
     (out / "fallback.json").write_text(json.dumps(doc, indent=1, default=str))
     log(f"[full] {len(rows)} problems in {wall:.0f} s; adoption (native rate) {doc['native_rate']:.3f}; "
         f"correct {doc['correct_rate']:.3f}; stages {stages}")
+    log_step_seconds(steps, rows)
+    return doc
+
+
+def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> None:
+    """Seconds per evaluator step, per operator and in all: where a run's GPU time went."""
     totals: dict[str, float] = {}
     for op, spent in sorted(steps.items()):
         n = sum(r["operator"] == op for r in rows)
@@ -216,7 +222,6 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
         for k, v in spent.items():
             totals[k] = totals.get(k, 0.0) + v
     log("    all steps (s): " + " ".join(f"{k}={v:.1f}" for k, v in sorted(totals.items())))
-    return doc
 
 
 def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
@@ -228,12 +233,21 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
     t0 = time.monotonic()
 
     partial = out / "triton_reference_progress.jsonl"  # each verdict as it lands: a run cut short keeps them
+    steps: dict[str, dict[str, float]] = {}  # operator -> evaluator step -> seconds
+    counted: set[int] = set()  # on CPU the problems of an operator share one smoke-shape verdict: count it once
 
     def progress(problem, verdict):
         t = verdict.get("t_measured_s")
+        step_s = {k: round(x, 3) for k, x in (verdict.get("step_s") or {}).items()}
+        if id(verdict.get("step_s")) not in counted:
+            counted.add(id(verdict.get("step_s")))
+            spent = steps.setdefault(problem.operator, {})
+            for k, x in step_s.items():
+                spent[k] = spent.get(k, 0.0) + x
         with partial.open("a") as fh:
             fh.write(json.dumps({"problem_id": problem.problem_id, "operator": problem.operator,
-                                 **{k: v for k, v in verdict.items() if k != "step_s"}}, default=str) + "\n")
+                                 **{k: v for k, v in verdict.items() if k != "step_s"}, "step_s": step_s},
+                                default=str) + "\n")
         log(f"    {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} {_us(t):>10} "
             f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.get('error') or '')[:100]}")
@@ -245,6 +259,7 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
     for r in rows:
         stages[r["stage"]] = stages.get(r["stage"], 0) + 1
     log(f"[triton] {len(rows)} problems in {time.monotonic() - t0:.0f} s; stages {stages}")
+    log_step_seconds(steps, rows)
     return {"problems": len(rows), "stages": stages}
 
 
