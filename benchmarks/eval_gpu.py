@@ -234,13 +234,15 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
 
     partial = out / "triton_reference_progress.jsonl"  # each verdict as it lands: a run cut short keeps them
     steps: dict[str, dict[str, float]] = {}  # operator -> evaluator step -> seconds
-    counted: set[int] = set()  # on CPU the problems of an operator share one smoke-shape verdict: count it once
+    # On CPU the problems of an operator share one smoke-shape verdict: count its steps once. The dicts are kept
+    # so that no id is reused by a later verdict's while they are compared.
+    counted: dict[int, dict] = {}
 
     def progress(problem, verdict):
         t = verdict.get("t_measured_s")
         step_s = {k: round(x, 3) for k, x in (verdict.get("step_s") or {}).items()}
         if id(verdict.get("step_s")) not in counted:
-            counted.add(id(verdict.get("step_s")))
+            counted[id(verdict.get("step_s"))] = verdict.get("step_s")
             spent = steps.setdefault(problem.operator, {})
             for k, x in step_s.items():
                 spent[k] = spent.get(k, 0.0) + x

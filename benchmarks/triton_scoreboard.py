@@ -100,15 +100,14 @@ def main() -> int:
     table = table.join(measured, on="problem_id", how="left")
     print(f"{'operator':<30}{'problems':>9}{'done':>6}{'S_op':>7}{'W_op':>8}{'largest S':>10}{'of measured':>12}"
           f"{'med speedup':>12}  {'failures':<24}runs")
+    largest = {r["operator"]: r for r in largest_problems(table).iter_rows(named=True)}
     for op, group in table.group_by("operator", maintain_order=True):
         done = group.filter(pl.col("stage") == "done")
-        largest = done.sort("t_roofline_s", descending=True, nulls_last=True).head(1)
         fails = sorted({st for st in group["stage"] if st != "done"})
         speedups = [x for x in done["speedup"] if x is not None]
         runs = ",".join(sorted({_short(x) for x in group["source"] if x is not None}))
-        big_s = float(largest["s_i"][0]) if largest.height else 0.0
-        big_m = (float(largest["t_roofline_measured_s"][0] / largest["t_measured_s"][0])
-                 if largest.height and largest["t_measured_s"][0] and largest["t_roofline_measured_s"][0] else 0.0)
+        big = largest.get(op[0], {})
+        big_s, big_m = big.get("s_i") or 0.0, big.get("of_measured") or 0.0
         print(f"{op[0]:<30}{group.height:>9}{done.height:>6}{s['S_op'].get(op[0], 0.0):>7.3f}"
               f"{s['W_op'].get(op[0], 0.0):>8.3f}{big_s:>10.3f}{big_m:>12.3f}"
               f"{statistics.median(speedups) if speedups else float('nan'):>12.2f}  {','.join(fails):<24}{runs}")
@@ -148,6 +147,14 @@ def main() -> int:
     return 0
 
 
+def largest_problems(table: pl.DataFrame) -> pl.DataFrame:
+    """Per operator, its largest problem (by roofline time) that ran to the end, with `of_measured`: its roofline
+    on the ceilings measured on this machine (copy bandwidth, GEMM rates) over its measured time."""
+    return (table.filter(pl.col("stage") == "done").sort("t_roofline_s", descending=True, nulls_last=True)
+            .group_by("operator", maintain_order=True).first()
+            .with_columns((pl.col("t_roofline_measured_s") / pl.col("t_measured_s")).alias("of_measured")))
+
+
 S_AGG_TARGET = 0.50
 MEMORY_TARGET = 0.85  # of the measured copy ceiling, at the operator's largest problem
 LIBRARY_TARGET = 0.70  # of the library's rate, at large prefill shapes
@@ -177,9 +184,8 @@ def target_lines(table: pl.DataFrame, s: dict, release, hardware: str, libraries
     out.append(f"  no operator at 0: lowest S_op {low[0]} {low[1]:.4f} - "
                + ("met" if not zero else "missed: " + ", ".join(f"{op}{reason(op)}" for op in zero)))
     bounds = problem_bounds(release.manifest, hardware)
-    largest = (done.sort("t_roofline_s", descending=True, nulls_last=True).group_by("operator", maintain_order=True)
-               .first().filter(pl.col("problem_id").replace_strict(bounds, default="unknown") == "memory")
-               .with_columns((pl.col("t_roofline_measured_s") / pl.col("t_measured_s")).alias("of_measured"))
+    largest = (largest_problems(table)
+               .filter(pl.col("problem_id").replace_strict(bounds, default="unknown") == "memory")
                .sort("of_measured", descending=True))
     met = largest.filter(pl.col("of_measured") >= MEMORY_TARGET)
     out.append(f"  operators whose largest problem is memory-bound (by the roofline model) at >= {MEMORY_TARGET:.0%} "
