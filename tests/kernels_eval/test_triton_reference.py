@@ -108,7 +108,10 @@ EXTRA = {
                               {"batch_size": 2, "ctx_len": 600, "nhead": 20, "kv_lora_rank": 64,
                                "qk_rope_head_dim": 16})],
     "block_scaled_mm": [({"group_n": 32, "group_k": 64},
-                         {"m": 70, "n": 96, "k": 192, "group_n": 32, "group_k": 64})],
+                         {"m": 70, "n": 96, "k": 192, "group_n": 32, "group_k": 64}),
+                        # the catalogue's 128 x 128 blocks: a 16-row tile's columns share one b scale (the one-FMA path)
+                        ({"group_n": 128, "group_k": 128},
+                         {"m": 9, "n": 256, "k": 384, "group_n": 128, "group_k": 128})],
     "fused_moe": [({"num_experts": 6, "intermediate_size": 70, "top_k": 3},
                    {"token_count": 37, "hidden_size": 200, "intermediate_size": 70, "num_experts": 6, "top_k": 3}),
                   ({"num_experts": 4, "intermediate_size": 48, "top_k": 1},
