@@ -205,8 +205,30 @@ def target_lines(table: pl.DataFrame, s: dict, release, hardware: str, libraries
         met_all = all(r["ratio"] is not None and r["ratio"] >= LIBRARY_TARGET for r in rows)
         out.append(f"  GEMM and attention at >= {LIBRARY_TARGET:.0%} of the library rate (library time / ours): "
                    + ("met" if met_all else "missed") + "; " + "; ".join(status))
+        out += library_fraction_lines(table, rows, s)
     else:
         out.append("  GEMM and attention against the libraries: not measured (no --libraries)")
+    return out
+
+
+def library_fraction_lines(table: pl.DataFrame, rows: list[dict], s: dict) -> list[str]:
+    """Where the library ran catalogue problems (its JSON names them): the library's own roofline fraction there
+    (roofline / library time) beside ours on the same problems, and what S_agg could reach if that operator's
+    S_op rose to the library's median while every other operator kept its own."""
+    roof = dict(zip(table["problem_id"], table["t_roofline_s"]))
+    out = []
+    for op in sorted({r["op"] for r in rows}):
+        got = [(roof[r["problem_id"]] / r["library_s"], roof[r["problem_id"]] / r["ours_s"]) for r in rows
+               if r["op"] == op and r.get("library_s") and r.get("ours_s") and roof.get(r.get("problem_id"))]
+        if not got:
+            continue
+        lib, ours = [g[0] for g in got], [g[1] for g in got]
+        w = s["W_op"].get(op, 0.0)
+        at_library = s["S_agg"] + w * (statistics.median(lib) - s["S_op"].get(op, 0.0))
+        out.append(f"    {op}: the library's own roofline fraction on {len(got)} catalogue problems: median "
+                   f"{statistics.median(lib):.3f}, max {max(lib):.3f} (ours on the same: median "
+                   f"{statistics.median(ours):.3f}, max {max(ours):.3f}); S_op at the library's median would make "
+                   f"S_agg {at_library:.4f}")
     return out
 
 
@@ -218,7 +240,9 @@ def library_rows(path: Path) -> list[dict]:
     """(op, shape, ratio) rows of a kernels_vs_libraries.py result: its JSON, or the lines of its log (the table
     printed last repeats the progress lines: each (op, shape) is kept once)."""
     if path.suffix == ".json":
-        return [{"op": r["op"], "shape": r["shape"], "ratio": r.get("ratio")} for r in json.loads(path.read_text())["results"]]
+        return [{"op": r["op"], "shape": r["shape"], "ratio": r.get("ratio"), "problem_id": r.get("problem_id"),
+                 "library_s": r.get("library_s"), "ours_s": r.get("ours_s")}
+                for r in json.loads(path.read_text())["results"]]
     rows = {}
     for line in path.read_text().splitlines():
         m = LIBRARY_LINE.match(line)

@@ -97,3 +97,24 @@ def test_every_reason_names_a_catalogue_operator():
     why = yaml.safe_load((REPO / "benchmarks" / "results" / "triton_reference" / "why.yaml").read_text())["why"]
     catalogue = {p.stem for p in (REPO / "kernels_eval" / "work").glob("*.py") if not p.stem.startswith("_")}
     assert why and set(why) <= catalogue
+
+
+def test_library_fraction_on_catalogue_problems(board):
+    """The library's own roofline fraction is roofline / library time on the problems its JSON names, beside
+    ours on the same; rows without a catalogue problem (synthetic GEMM shapes) are left out."""
+    table = pl.DataFrame({"problem_id": ["u1", "u2", "u3"], "t_roofline_s": [1e-4, 3e-4, 1e-3]})
+    rows = [{"op": "unified_attention", "problem_id": "u1", "library_s": 4e-4, "ours_s": 5e-4, "ratio": 0.8},
+            {"op": "unified_attention", "problem_id": "u2", "library_s": 1e-3, "ours_s": 1e-3, "ratio": 1.0},
+            {"op": "unified_attention", "problem_id": "u3", "library_s": 2e-3, "ours_s": 4e-3, "ratio": 0.5},
+            {"op": "gemm", "problem_id": "gemm_8x8x8", "library_s": 1e-3, "ours_s": 1e-3, "ratio": 1.0}]
+    s = {"S_agg": 0.25, "S_op": {"unified_attention": 0.2}, "W_op": {"unified_attention": 0.5}}
+    (line,) = board.library_fraction_lines(table, rows, s)
+    # library fractions 0.25, 0.30, 0.50 -> median 0.30; ours 0.20, 0.30, 0.25 -> median 0.25, max 0.30
+    assert "on 3 catalogue problems: median 0.300, max 0.500 (ours on the same: median 0.250, max 0.300)" in line
+    # S_agg moves by W_op x (library median - S_op) = 0.5 x 0.1
+    assert line.endswith("S_agg 0.3000")
+
+
+def test_library_json_rows_name_their_catalogue_problems(board):
+    rows = board.library_rows(LIBRARIES / "kernels_vs_libraries_unified_attention.json")
+    assert all(r["problem_id"].startswith("p") and r["library_s"] > 0 and r["ours_s"] > 0 for r in rows)
