@@ -91,7 +91,10 @@ EXTRA = {
                       ({"activation": "silu"}, {"token_count": 150, "dim": 3, "width": 10})],
     "paged_attention_decode": [({}, {"num_seqs": 2, "ctx_len": 300, "num_query_heads": 8, "num_kv_heads": 2,
                                      "head_size": 64, "block_size": 16, "dtype": "bf16"})],
-    "unified_attention": [({}, {"num_seqs": 3, "seq_lens": [150, 5, 70], "query_lens": [150, 1, 3],
+    "unified_attention": [# 40 sequences: tiles find their sequence in the map written by a first launch
+                          ({}, {"num_seqs": 40, "seq_lens": [5, 17, 33, 1, 64, 20] + list(range(2, 36)),
+                                "num_query_heads": 8, "num_kv_heads": 2, "head_size": 32, "block_size": 16}),
+                          ({}, {"num_seqs": 3, "seq_lens": [150, 5, 70], "query_lens": [150, 1, 3],
                                 "num_query_heads": 4, "num_kv_heads": 2, "head_size": 72, "block_size": 16}),
                           # GQA groups 4, 8 and 5 packed into the tile, prefill and decode sequences mixed
                           ({}, {"num_seqs": 4, "seq_lens": [40, 9, 1, 33], "query_lens": [40, 1, 1, 5],

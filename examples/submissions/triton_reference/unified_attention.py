@@ -8,10 +8,10 @@ program owns BLOCK_Q query tokens of one sequence and one kv head, and its BLOCK
 head rather than once per query head, and a decode token fills GROUP rows instead of one padded row. The grid's
 first axis runs over query tiles laid out as tile(s, i) = cu_seqlens_q[s] // BLOCK_Q + s + i, so its size,
 total_q // BLOCK_Q + num_seqs, needs no device sync; a first small launch writes each tile's sequence into a
-map (sequence s owns the tiles from its first up to the next sequence's first), and a program reads its sequence
-there and leaves if its tile is past the sequence's queries. The map replaced a binary search over cu_seqlens_q
-in every program: on an H200, 1.07x faster on 699 and 1192 sequences of 256 tokens and no slower elsewhere
-(benchmarks/results/variants/ua/). Two other forms measured there lost: one program per (sequence, kv head)
+map (sequence s owns the tiles from its first up to the next sequence's first) when there are many sequences, and
+a program reads its sequence there (with few, it binary-searches cu_seqlens_q) and leaves if its tile is past the
+sequence's queries. The map instead of a search in every program: on an H200, 1.07x faster on 699 and 1192
+sequences of 256 tokens (benchmarks/results/variants/ua/). Two other forms measured there lost: one program per (sequence, kv head)
 walking all its query tiles (0.98x geomean), and 64-row tiles for two programs per SM (0.93x). The second axis
 is the kv head. A program
 keeps its Q tile in registers and walks the keys it may see (up to the causal limit of its last token) BLOCK_N
@@ -33,6 +33,9 @@ import triton
 import triton.language as tl
 from torch import nn
 
+# At least this many sequences: a first launch maps tiles to sequences; fewer: each program's binary search is a
+# few dependent loads, cheaper than that launch (8 sequences of 256-4096 tokens took 10-15 us longer with the map)
+MAP_MIN_SEQS = 32
 MAX_ROWS = 128  # rows of one tile (token × head-in-group) when the head fits 128 columns; 64 above
 
 
@@ -137,7 +140,7 @@ def _attend_tile(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, s, local, q_start, q_l
                  prune_configs_by={"early_config_prune": prune_configs})
 @triton.jit
 def unified_attention_kernel(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_ptr, map_ptr, out_ptr, scale_log2,
-                             programs_log2, q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, table_stride, out_s0,
+                             num_seqs, programs_log2, q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, table_stride, out_s0,
                              out_s1, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BS: tl.constexpr,
                              BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              BLOCK_D: tl.constexpr, VEC: tl.constexpr, HAS_MAP: tl.constexpr):
@@ -146,8 +149,15 @@ def unified_attention_kernel(q_ptr, k_ptr, v_ptr, cu_q_ptr, kv_lens_ptr, table_p
     hk = tl.program_id(1)
     if HAS_MAP:  # the tile's sequence, written by tile_sequence_kernel
         s = tl.load(map_ptr + tile)
-    else:  # one sequence
-        s = tl.zeros((), dtype=tl.int32)
+    else:  # few sequences: the largest s with cu_q[s] // BLOCK_Q + s <= tile, by binary search
+        lo = tl.zeros((), dtype=tl.int32)
+        hi = tl.zeros((), dtype=tl.int32) + num_seqs - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            go_up = tl.load(cu_q_ptr + mid) // BLOCK_Q + mid <= tile
+            lo = tl.where(go_up, mid, lo)
+            hi = tl.where(go_up, hi, mid - 1)
+        s = lo
     q_start = tl.load(cu_q_ptr + s)
     q_len = tl.load(cu_q_ptr + s + 1) - q_start
     kv_len = tl.load(kv_lens_ptr + s)
@@ -190,7 +200,7 @@ class Model(nn.Module):
         block_m, block_q = tile_rows(group, total_q, num_seqs, block_d)
         tiles = total_q // block_q + num_seqs
         grid = (tiles, hkv)
-        has_map = num_seqs > 1
+        has_map = num_seqs >= MAP_MIN_SEQS
         tile_seq = torch.empty(tiles if has_map else 1, dtype=torch.int32, device=q.device)
         if has_map:
             tile_sequence_kernel[(num_seqs,)](cu_seqlens_q, tile_seq, num_seqs, tiles, BLOCK_Q=block_q, CHUNK=128)
@@ -203,7 +213,7 @@ class Model(nn.Module):
         q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2 = (x // vec for x in strides)
         unified_attention_kernel[grid](
             q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, tile_seq, out, d ** -0.5 * math.log2(math.e),
-            (grid[0] * grid[1]).bit_length(), q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, block_table.stride(0),
+            num_seqs, (grid[0] * grid[1]).bit_length(), q_s0, q_s1, k_s0, k_s1, k_s2, v_s0, v_s1, v_s2, block_table.stride(0),
             out.stride(0) // vec, out.stride(1) // vec, GROUP=group, HEAD_DIM=d, BS=bs, BLOCK_Q=block_q,
             BLOCK_M=block_m, BLOCK_D=block_d, VEC=vec, HAS_MAP=has_map)
         return out
