@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -12,6 +13,14 @@ SHARED = Path(os.environ.get("HOTSHAPE_SHARED", REPO.parent / "shared"))
 PUBLIC_TRACES = SHARED / "traces" / "public"
 ATREX = SHARED / "reference-data" / "atrex-bench"
 EXAMPLES = REPO / "examples"
+
+
+def load_script(path: Path, name: str | None = None):
+    """A script that is not a package module (benchmarks/*.py) imported from its path."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _need(path: Path) -> Path:

@@ -4,7 +4,6 @@ variant of it that is wrong."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernels_eval.work import load_work
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "kernel_variants.py"
@@ -24,10 +24,7 @@ COMMITTED_RMS_NORM = REPO / "examples" / "submissions" / "triton_reference" / "r
 
 @pytest.fixture(scope="module")
 def variants():
-    spec = importlib.util.spec_from_file_location("kernel_variants", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

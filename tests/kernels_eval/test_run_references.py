@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 pytest.importorskip("torch")
 
@@ -14,9 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "run_references.py
 
 
 def test_run_references_writes_one_row_per_shape(atrex_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("run_references", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     out = tmp_path / "refs.csv"
     rc = module.main(["--device", "cpu", "--ops", "moe_topk_gating_softmax,fused_qk_rmsnorm",
                       "--atrex-dir", str(atrex_dir), "--out", str(out)])

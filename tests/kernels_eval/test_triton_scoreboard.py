@@ -3,13 +3,14 @@ records (JSON and a log cut before its JSON), and each target judged met or miss
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
+
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "triton_scoreboard.py"
@@ -18,10 +19,7 @@ LIBRARIES = REPO / "benchmarks" / "results" / "libraries"
 
 @pytest.fixture(scope="module")
 def board():
-    spec = importlib.util.spec_from_file_location("triton_scoreboard", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_library_log_lines_match_what_the_run_printed(board):
