@@ -119,11 +119,9 @@ def main() -> int:
     floor = results.filter(pl.col("t_measured_s").is_not_null())["t_measured_s"].min() or 0.0
     ceil_rows = (release.manifest.join(release.weights(None), on="problem_id")
                  .join(release.sealed("roofline").filter(pl.col("hardware") == args.hardware)
-                       .select("problem_id", "t_roofline_s"), on="problem_id")
-                 .with_columns(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / floor).alias("s_max")))
-    ceil_ops = ceil_rows.group_by("operator").agg(pl.col("s_max").median(), pl.col("weight").sum())
-    ceiling = float((ceil_ops["s_max"] * ceil_ops["weight"]).sum() / ceil_ops["weight"].sum())
-    print(f"S_agg ceiling with a {floor * 1e6:.1f} µs floor per call (the shortest call measured): {ceiling:.4f}")
+                       .select("problem_id", "t_roofline_s", "t_roofline_measured_s"), on="problem_id"))
+    for line in ceiling_lines(ceil_rows, s, floor):
+        print(line)
     if args.weights_release:
         other = read_release(args.weights_release)
         w = (other.manifest.join(other.weights(None), on="problem_id")
@@ -145,6 +143,39 @@ def main() -> int:
     for line in target_lines(table, s, release, args.hardware, [library_rows(p) for p in args.libraries], why):
         print(line)
     return 0
+
+
+def ceiling_lines(rows: pl.DataFrame, s: dict, floor: float) -> list[str]:
+    """What S_agg could reach at best: every call at least `floor` seconds against the datasheet roofline, then
+    against the ceilings measured on this machine (copy bandwidth, GEMM rates: t_roofline_measured_s), then the
+    same with the operator that leaves the most (W_op x (1 - S_op)) kept at its S_op, and the S_op it would need
+    for the target with every other operator at its ceiling. `rows`: problem_id, operator, weight, t_roofline_s,
+    t_roofline_measured_s; each operator's ceiling is the median over its problems, as S_op is."""
+    def per_op(bound: pl.Expr) -> dict[str, tuple[float, float]]:
+        ops = (rows.with_columns(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / bound).alias("s_max"))
+               .group_by("operator").agg(pl.col("s_max").median(), pl.col("weight").sum()))
+        return {r["operator"]: (r["s_max"], r["weight"]) for r in ops.iter_rows(named=True)}
+
+    def agg(ops: dict[str, tuple[float, float]]) -> float:
+        return sum(c * w for c, w in ops.values()) / sum(w for _, w in ops.values())
+
+    datasheet = per_op(pl.lit(floor))
+    measured = per_op(pl.max_horizontal(pl.lit(floor), pl.col("t_roofline_measured_s").fill_null(0.0)))
+    out = [f"S_agg ceiling with a {floor * 1e6:.1f} µs floor per call (the shortest call measured): "
+           f"{agg(datasheet):.4f}",
+           f"S_agg ceiling on this machine's measured ceilings (copy bandwidth, GEMM rates) and that floor: "
+           f"{agg(measured):.4f}"]
+    gaps = [(s["W_op"][op] * (1 - s["S_op"].get(op, 0.0)), op) for op in s["W_op"] if op in measured]
+    if gaps:
+        _, op = max(gaps)
+        total = sum(w for _, w in measured.values())
+        rest = sum(c * w for o, (c, w) in measured.items() if o != op)
+        weight = measured[op][1]
+        kept = (rest + s["S_op"].get(op, 0.0) * weight) / total
+        need = (S_AGG_TARGET * total - rest) / weight
+        out.append(f"  with {op} at its S_op {s['S_op'].get(op, 0.0):.3f} and every other operator at its measured "
+                   f"ceiling: {kept:.4f}; S_agg {S_AGG_TARGET:.2f} needs {op}'s S_op at {need:.3f} or more")
+    return out
 
 
 def largest_problems(table: pl.DataFrame) -> pl.DataFrame:

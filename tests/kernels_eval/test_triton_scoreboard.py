@@ -116,3 +116,22 @@ def test_library_fraction_on_catalogue_problems(board):
 def test_library_json_rows_name_their_catalogue_problems(board):
     rows = board.library_rows(LIBRARIES / "kernels_vs_libraries_unified_attention.json")
     assert all(r["problem_id"].startswith("p") and r["library_s"] > 0 and r["ours_s"] > 0 for r in rows)
+
+
+def test_ceilings_on_the_floor_the_measured_ceilings_and_the_largest_gap(board):
+    """Each operator's ceiling is the median over its problems of min(1, roofline / max(floor, bound)); the
+    operator leaving the most is then held at its S_op, and the S_op it needs for 0.50 follows."""
+    rows = pl.DataFrame({"problem_id": ["a1", "a2", "a3", "b1"], "operator": ["a", "a", "a", "b"],
+                         "weight": [0.1, 0.1, 0.2, 0.6],
+                         # a: rooflines 1 us (floor-bound: 1/4), 8 us, 20 us; its measured ceilings 8/7 of them
+                         "t_roofline_s": [1e-6, 8e-6, 2e-5, 1e-3],
+                         "t_roofline_measured_s": [8e-6 / 7, 64e-6 / 7, 160e-6 / 7, 2e-3]})
+    s = {"S_op": {"a": 0.5, "b": 0.1}, "W_op": {"a": 0.4, "b": 0.6}}
+    lines = board.ceiling_lines(rows, s, floor=4e-6)
+    # datasheet: a's problems 0.25, 1, 1 -> median 1; b 1 -> 1.0 overall
+    assert lines[0].endswith(": 1.0000")
+    # measured: a 0.25, 0.875, 0.875 -> 0.875; b 0.5 -> 0.4 * 0.875 + 0.6 * 0.5 = 0.65
+    assert lines[1].endswith(": 0.6500")
+    # b leaves 0.6 * 0.9 = 0.54 (a 0.2): held at 0.1 -> 0.35 + 0.06 = 0.41; 0.50 needs b at (0.5 - 0.35) / 0.6
+    assert lines[2] == ("  with b at its S_op 0.100 and every other operator at its measured ceiling: 0.4100; "
+                        "S_agg 0.50 needs b's S_op at 0.250 or more")
