@@ -8,13 +8,17 @@ computation) and under another release's operator weights (the example pipeline'
 a verdict for one problem, the first file named wins (name the newest run first: --progress before --results
 files, which are read first only when no progress file names the problem); the CSV's `source` column and the
 table's `runs` column say which file each verdict came from. With --weights-progress (the verdicts of an
-evaluation on the --weights-release's own problems), that release is also scored on its own problems.
+evaluation on the --weights-release's own problems), that release is also scored on its own problems. Under
+S_agg, its ceilings: with every call at least the shortest one measured, against the datasheet roofline and
+against this machine's measured ceilings, and the latter with the operator that leaves the most held at its
+S_op (with the S_op it would need for the target).
 
 Last, the issue's targets, each met or missed and by how much: S_agg >= 0.50, adoption 100%, no operator at 0,
 every memory-bound operator at >= 85% of the measured copy ceiling at its largest problem, GEMM and attention at
 >= 70% of the library rate (from --libraries: benchmarks/kernels_vs_libraries.py's JSON, or its printed log
 when the run was cut before the JSON), and with --why (YAML: `why:` mapping operator to reason) the reason
-next to every operator that misses, and next to each operator's share of what S_agg misses.
+next to every operator that misses, and next to each operator's share of what S_agg misses. Where the
+library's JSON names catalogue problems, the library's own roofline fraction there is printed beside ours.
 
     python benchmarks/triton_scoreboard.py --release out/atrex-release \
         --progress benchmarks/results/triton_reference/run4_attention_moe_progress.jsonl ... \
