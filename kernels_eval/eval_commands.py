@@ -28,18 +28,65 @@ def eval_summary(rows: list[dict]) -> dict:
             "performance_measured": sum(bool(r["performance_measured"]) for r in rows), "stages": stages}
 
 
+class RecordedRun:
+    """A run's rows as stored (signed), where they went, and how many came from the cut run it resumed."""
+
+    def __init__(self, rows: list[dict], out: Path, journal: Path, resumed: int) -> None:
+        self.rows, self.out, self.journal, self.resumed = rows, out, journal, resumed
+
+
+def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops=None, problems=None,
+                progress=None, resume: bool = False) -> RecordedRun:
+    """A run of SUBMISSION on RELEASE recorded in results file `out`: --out checked first, each row signed
+    with the host key and journalled as it is judged, all merged into `out` at the end. `resume` continues
+    the latest cut run of the same submission, release and hardware, skipping problems it judged with the
+    same files. A ResultsWriteError names the file when something cannot be written (the journal keeps
+    every row judged by then)."""
+    from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_digest
+    from kernels_eval.harness.submission import operator_files
+    from kernels_eval.results_key import host_key, row_verifies, sign_row
+    from kernels_eval.results_schema import next_run
+    from kernels_eval.results_store import Journal, ResultsWriteError, check_out, merge_rows
+
+    out, submission = Path(out), Path(submission)
+    check_out(out)
+    key = host_key()
+    identity = {"submission": submission.name, "release": release.name, "release_digest": release_digest(release),
+                "hardware": config.hardware, "device": config.device}
+    journal = Journal.resume(out, identity, lambda row: row_verifies(row, key)) if resume else None
+    if journal is None:
+        if resume:
+            print(f"no cut run of {submission.name} to resume beside {out}; starting a new run", file=sys.stderr)
+        config.run = next_run(out, submission.name, config.hardware)
+        journal = Journal.create(out, {**identity, "run": config.run, "run_id": new_run_id()})
+    else:
+        config.run = journal.header["run"]
+        shas = {op: file_sha256(f) for op, f in operator_files(submission).items()}
+        journal.rows = {pid: r for pid, r in journal.rows.items() if r["file_sha256"] == shas.get(r["operator"])}
+    resumed = len(journal.rows)
+    evaluate(submission, release, config=config, ops=ops, problems=problems, progress=progress,
+             sink=lambda row: journal.append(sign_row(row, key)), skip=set(journal.rows),
+             run_id=journal.header["run_id"])
+    rows = list(journal.rows.values())
+    try:
+        merge_rows(rows, out, skip_present=True)
+    except OSError as exc:
+        raise ResultsWriteError(f"{exc}; the run's {len(rows)} rows are kept in {journal.path}: free the space and "
+                        f"rerun with --resume to write them") from exc
+    journal.remove()
+    return RecordedRun(rows, out, journal.path, resumed)
+
+
 def run_eval(args: argparse.Namespace) -> int:
-    """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out."""
+    """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out as a new run (or the cut one)."""
     from kernels_eval.harness.release_view import read_release_view
-    from kernels_eval.harness.runner import EvalConfig, detect_hardware, evaluate
-    from kernels_eval.results_schema import next_run, write_results
+    from kernels_eval.harness.runner import EvalConfig, detect_hardware
 
     release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
     device = args.device or _default_device()
     hardware = detect_hardware(device, release.hardware_names)
     config = EvalConfig(device=device, sets=args.sets, call_timeout_s=args.timeout_s,
                         memory_gb=args.memory_gb, hardware=hardware,
-                        run=next_run(args.out, Path(args.submission).name, hardware),
                         keep_logs=Path(args.logs) if args.logs else None)
     if args.timing_budget_s is not None:
         config.timing_budget_s = args.timing_budget_s
@@ -49,13 +96,17 @@ def run_eval(args: argparse.Namespace) -> int:
             print(f"{problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} "
                   f"{(verdict.get('error') or '')[:100]}", file=sys.stderr)
 
-    rows = evaluate(args.submission, release, config=config, ops=_csv(args.ops), problems=_csv(args.problems),
-                    progress=progress)
-    write_results(rows, args.out)
+    try:
+        recorded = evaluate_to(args.out, args.submission, release, config, ops=_csv(args.ops),
+                               problems=_csv(args.problems), progress=progress, resume=args.resume)
+    except OSError as exc:  # ResultsWriteError and the host key's errors name their file
+        print(f"hotshape eval: {exc}", file=sys.stderr)
+        return 2
+    rows = recorded.rows
     summary = eval_summary(rows)
     if args.json:
-        print(json.dumps({"problems": [{k: r[k] for k in PROBLEM_KEYS} for r in rows], "summary": summary},
-                         default=str))
+        print(json.dumps({"problems": [{k: r[k] for k in PROBLEM_KEYS} for r in rows], "summary": summary,
+                          "resumed": recorded.resumed}, default=str))
     else:
         by_op: dict[str, dict] = {}
         for r in rows:
@@ -63,7 +114,8 @@ def run_eval(args: argparse.Namespace) -> int:
         for op, r in sorted(by_op.items()):
             print(f"{op:<30} {r['stage']:<11} compiled={r['compiled']!s:<5} correct={r['correct']!s:<5} "
                   f"native={r['native']!s:<5} {(r['error'] or '')[:120]}")
-        print(f"{summary['problems']} problems: compile {summary['compile_rate']:.0%}, correct "
+        resumed = f" ({recorded.resumed} judged before the cut, kept)" if recorded.resumed else ""
+        print(f"{summary['problems']} problems{resumed}: compile {summary['compile_rate']:.0%}, correct "
               f"{summary['correct_rate']:.0%}, native {summary['native_rate']:.0%}; results in {args.out}"
               if rows else "no problems selected")
     return 0
@@ -122,6 +174,8 @@ def register(subparsers) -> None:
     e.add_argument("--memory-gb", type=float, default=32.0, help="host memory limit of a worker")
     e.add_argument("--timing-budget-s", type=float, default=None, help="timed seconds per problem")
     e.add_argument("--logs", help="keep each worker's output in this directory")
+    e.add_argument("--resume", action="store_true",
+                   help="continue the cut run of this submission into --out (problems already judged are kept)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=run_eval)
 

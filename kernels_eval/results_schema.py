@@ -43,19 +43,30 @@ RESULTS = pa.schema([
     ("speedup", pa.float64()),
     ("eval_s", pa.float64()),
     ("evaluated_at", pa.string()),
+    ("t_event_s", pa.float64()),
+    ("sandboxed", pa.bool_()),
+    ("release_digest", pa.string()),
+    ("key_id", pa.string()),
+    ("signature", pa.string()),
 ])
+# Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
+# it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
+# t_event_s: CUDA-event time of a call beside the kernel-span time t_measured_s. sandboxed: whether the
+# worker ran in the sandbox. release_digest: release.json's digest the run was made against. key_id: the
+# fingerprint of the host key that signed the row; signature: hex HMAC-SHA256 (kernels_eval/results_key.py).
+LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "key_id", "signature")
 
 
 def results_table(rows: list[dict]) -> pa.Table:
     """Rows as a RESULTS table; a ValueError naming the first bad row or column."""
     for i, row in enumerate(rows):
-        missing = [f.name for f in RESULTS if f.name not in row]
+        missing = [f.name for f in RESULTS if f.name not in row and f.name not in LATER_COLUMNS]
         if missing:
             raise ValueError(f"results row {i}: missing columns {missing}")
         if row["stage"] not in STAGES:
             raise ValueError(f"results row {i}: stage {row['stage']!r} is not one of {STAGES}")
     try:
-        return pa.Table.from_pylist([{f.name: r[f.name] for f in RESULTS} for r in rows], schema=RESULTS)
+        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in RESULTS} for r in rows], schema=RESULTS)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise ValueError(f"results rows do not match the schema: {exc}") from exc
 
@@ -63,23 +74,21 @@ def results_table(rows: list[dict]) -> pa.Table:
 def read_results(path: str | Path) -> pa.Table:
     """A results file, checked against RESULTS (columns cast to the schema's types)."""
     table = pq.read_table(path)
-    missing = [f.name for f in RESULTS if f.name not in table.column_names]
+    missing = [f.name for f in RESULTS if f.name not in table.column_names and f.name not in LATER_COLUMNS]
     if missing:
         raise ValueError(f"{path}: not a results file (missing columns {missing})")
+    for f in RESULTS:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
     return table.select(RESULTS.names).cast(RESULTS)
 
 
 def write_results(rows: list[dict], path: str | Path, append: bool = True) -> pa.Table:
-    """Write rows to `path` (after the rows already there when `append`); the table written."""
-    path = Path(path)
-    table = results_table(rows)
-    if append and path.exists():
-        table = pa.concat_tables([read_results(path), table])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
-    return table
+    """Write rows to `path` (after the rows already there when `append`) under the file's lock; the table
+    written (see results_store.merge_rows)."""
+    from kernels_eval.results_store import merge_rows
+
+    return merge_rows(rows, path, append=append)
 
 
 def next_run(path: str | Path, submission: str, hardware: str) -> int:

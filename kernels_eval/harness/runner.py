@@ -353,23 +353,59 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def new_run_id() -> str:
+    """A fresh run id: UTC time and 6 random hex digits."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def release_digest(release: ReleaseView) -> str | None:
+    """The digest of the release.json the view was read from."""
+    digest = getattr(release, "digest", None)
+    if digest is None:
+        try:
+            digest = json.loads((Path(release.path) / "release.json").read_bytes()).get("digest")
+        except (OSError, ValueError):
+            return None
+    return digest
+
+
 def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, config: EvalConfig,
-             ops: list[str] | None = None, problems: list[str] | None = None, progress=None) -> list[dict]:
-    """Result rows (results_schema.RESULTS columns) of a submission on a release's problems."""
+             ops: list[str] | None = None, problems: list[str] | None = None, progress=None, sink=None,
+             skip=(), run_id: str | None = None) -> list[dict]:
+    """Result rows (results_schema.RESULTS columns) of a submission on a release's problems. Each row goes to
+    `sink(row)` (which returns the row as stored) as soon as its problem is judged, so a cut run keeps it;
+    problems in `skip` (judged before, in the run being resumed) are not run."""
     if not isinstance(release, ReleaseView):
         release = read_release_view(release)
     submission = Path(submission)
     files = operator_files(submission)
     manifest = sorted(release.problems, key=lambda r: (r["operator"], r["problem_id"]))
     chosen = [Problem(r) for r in manifest
-              if (ops is None or r["operator"] in ops) and (problems is None or r["problem_id"] in problems)]
+              if (ops is None or r["operator"] in ops) and (problems is None or r["problem_id"] in problems)
+              and r["problem_id"] not in skip]
     hardware = config.hardware or detect_hardware(config.device, release.hardware_names)
     roof = release.roofline(hardware)
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-    base = {"submission": submission.name, "release": release.name, "run_id": run_id, "run": config.run,
-            "hardware": hardware, "device": config.device,
-            "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    base = {"submission": submission.name, "release": release.name, "run_id": run_id or new_run_id(),
+            "run": config.run, "hardware": hardware, "device": config.device,
+            "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "release_digest": release_digest(release), "sandboxed": bool(getattr(config, "sandbox", False))}
     rows = []
+    emitted: set[str] = set()
+    # hashed before any candidate runs: the row names the file that was judged, not what it became
+    shas = {op: file_sha256(f) for op, f in files.items() if f is not None}
+
+    def emit(p: Problem, verdict: dict) -> None:
+        if p.problem_id in emitted:
+            return
+        sha = shas.get(p.operator)
+        row = result_row(base, p, verdict, sha, _t_roofline(roof, p, hardware), config.device)
+        rows.append(sink(row) if sink is not None else row)
+        emitted.add(p.problem_id)
+
+    def on_verdict(p: Problem, verdict: dict) -> None:
+        emit(p, verdict)
+        if progress:
+            progress(p, verdict)
     workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
     spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
     try:
@@ -402,23 +438,27 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                 verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
                             for p in plist}
             else:
-                verdicts = _judge_operator(op, file, plist, config, workdir, progress, spares.pop(op, None))
-            sha = file_sha256(file) if file is not None else None
+                verdicts = _judge_operator(op, file, plist, config, workdir, on_verdict, spares.pop(op, None))
             for p in plist:
-                t_roof = roof.get(p.problem_id)
-                if t_roof is None and hardware != "cpu":
-                    try:
-                        from kernels_eval.roofline import problem_roofline
-
-                        t_roof = problem_roofline(op, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
-                    except (KeyError, ValueError, ImportError):
-                        t_roof = None
-                rows.append(result_row(base, p, verdicts[p.problem_id], sha, t_roof, config.device))
+                emit(p, verdicts[p.problem_id])
     finally:
         for spare in spares.values():
             spare.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
+
+
+def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | None:
+    """The problem's roofline time on `hardware`: the release's, else the model's (none on cpu)."""
+    t_roof = roof.get(p.problem_id)
+    if t_roof is None and hardware != "cpu":
+        try:
+            from kernels_eval.roofline import problem_roofline
+
+            t_roof = problem_roofline(p.operator, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
+        except (KeyError, ValueError, ImportError):
+            t_roof = None
+    return t_roof
 
 
 def start_worker(config: EvalConfig, log_path: Path, wait: bool) -> WorkerProcess:
@@ -480,7 +520,8 @@ def result_row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float |
             "error": v.get("error"), "max_abs_err": v.get("max_abs_err"), "performance_measured": t is not None,
             "t_measured_s": t, "t_p10_s": v.get("t_p10_s"), "t_p90_s": v.get("t_p90_s"), "n_timed": v.get("n_timed"),
             "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
-            "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.get("eval_s")}
+            "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.get("eval_s"),
+            "t_event_s": v.get("t_event_s"), "key_id": None, "signature": None}
 
 
 def _free_device_memory(device: str) -> None:
