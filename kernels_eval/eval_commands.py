@@ -42,7 +42,7 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     the latest cut run of the same submission, release and hardware, skipping problems it judged with the
     same files. A ResultsWriteError names the file when something cannot be written (the journal keeps
     every row judged by then)."""
-    from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_digest
+    from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_identity
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
     from kernels_eval.results_schema import next_run
@@ -51,8 +51,9 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     out, submission = Path(out), Path(submission)
     check_out(out)
     key = host_key()
-    identity = {"submission": submission.name, "release": release.name, "release_digest": release_digest(release),
-                "hardware": config.hardware, "device": config.device}
+    identity = {"submission": submission.name, "release": release.name,
+                "release_digest": release_identity(release)["release_digest"], "hardware": config.hardware,
+                "device": config.device}
     journal = Journal.resume(out, identity, lambda row: row_verifies(row, key)) if resume else None
     if journal is None:
         if resume:
@@ -128,27 +129,44 @@ def _default_device() -> str:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """Score RESULTS under a weights version of RELEASE."""
-    import polars as pl
-
-    from kernels_eval.results_schema import read_results
+    """Score RESULTS under a weights version of RELEASE, from the rows this host signed against it."""
+    from kernels_eval.results_verify import ResultsRejected, check_results
     from kernels_eval.scoring import score
     from release.bundle import read_release
 
     release = read_release(args.release)
-    results = pl.from_arrow(read_results(args.results))
-    if args.submission:
-        results = results.filter(pl.col("submission") == args.submission)
-    scores = score(results, release, args.weights)
+    try:
+        checked = check_results(args.results, release, submission=args.submission,
+                                exclude_unverified=args.exclude_unverified)
+    except ResultsRejected as exc:
+        print(f"hotshape score: {exc}", file=sys.stderr)
+        return 2
+    scores = score(checked.rows, release, args.weights)
+    notes = []
+    if checked.unverified:
+        notes.append(f"{checked.unverified} of {checked.total} rows excluded: signature not verified")
+    if checked.other_release:
+        notes.append(f"{checked.other_release} of {checked.total} rows excluded: made against another release")
+    if checked.earlier_version:
+        notes.append(f"{checked.earlier_version} rows were made before the release's last refresh (same problems)")
+    if checked.unsandboxed:
+        notes.append(f"{checked.unsandboxed} rows ran unsandboxed")
     if args.json:
-        print(json.dumps({"scores": scores}))
+        print(json.dumps({"scores": scores, "rows": checked.total, "excluded_unverified": checked.unverified,
+                          "excluded_other_release": checked.other_release, "unsandboxed": checked.unsandboxed,
+                          "earlier_version": checked.earlier_version}))
         return 0
+    for note in notes:
+        print(note)
+    if not scores:
+        print("no verified rows to score")
     for s in scores:
         fmt = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         print(f"{s['submission']} on {s['hardware']} (weights {s['weights_version']}, "
               f"{s['evaluated']}/{s['problems']} problems evaluated"
               f"{'' if s['performance_measured'] else ', performance not measured'})")
-        print(f"  S_agg {fmt(s['S_agg'])}   per-problem weighted {fmt(s['S_problem_weighted'])}   "
+        agg = "not measured" if s["S_agg"] is None else f"{s['S_agg']:.4f}"
+        print(f"  S_agg {agg}   per-problem weighted {fmt(s['S_problem_weighted'])}   "
               + "  ".join(f"S_agg[{p}] {fmt(v)}" for p, v in s["S_agg_phase"].items()))
         r = s["rates"]
         print("  rates (unweighted / weighted): " + ", ".join(
@@ -184,5 +202,7 @@ def register(subparsers) -> None:
     s.add_argument("--release", required=True)
     s.add_argument("--weights", default=None, help="weights version (vN; default: the latest)")
     s.add_argument("--submission", default=None, help="only this submission's rows")
+    s.add_argument("--exclude-unverified", action="store_true",
+                   help="score without the rows whose signature or release does not verify (default: refuse)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_score)

@@ -46,15 +46,18 @@ RESULTS = pa.schema([
     ("t_event_s", pa.float64()),
     ("sandboxed", pa.bool_()),
     ("release_digest", pa.string()),
+    ("manifest_sha256", pa.string()),
     ("key_id", pa.string()),
     ("signature", pa.string()),
 ])
 # Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
 # it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
 # t_event_s: CUDA-event time of a call beside the kernel-span time t_measured_s. sandboxed: whether the
-# worker ran in the sandbox. release_digest: release.json's digest the run was made against. key_id: the
-# fingerprint of the host key that signed the row; signature: hex HMAC-SHA256 (kernels_eval/results_key.py).
-LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "key_id", "signature")
+# worker ran in the sandbox. release_digest: release.json's digest the run was made against; manifest_sha256:
+# its manifest's (a refresh adds weights and changes the digest, not the problems, so score still takes the
+# row). key_id: the fingerprint of the host key that signed the row; signature: hex HMAC-SHA256
+# (kernels_eval/results_key.py).
+LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature")
 
 
 def results_table(rows: list[dict]) -> pa.Table:

@@ -2,7 +2,9 @@
 
 S_i = min(1, T_roofline,i / T_measured,i) if compiled, correct and native, else 0 (the median over runs).
 S_op = median of S_i over the operator's problems; S_agg = Σ_op W_op · S_op with W_op = Σ_i∈op w_i.
-A release problem with no result scores 0 and counts as not compiled. Needs no GPU: re-scoring under another
+A release problem with no result scores 0 and counts as not compiled. T_roofline,i is the release's sealed
+roofline of the problem on the row's hardware, never the results' own column. When no row was timed (a CPU
+run) S is not measured: S_agg, S_op and their variants are None, not 0. Needs no GPU: re-scoring under another
 weights version reads only the results file and the release.
 """
 
@@ -28,6 +30,36 @@ def problem_scores(results: pl.DataFrame) -> pl.DataFrame:
         pl.col("operator").first(), pl.col("s_i").median(), pl.col("compiled").all(), pl.col("correct").all(),
         pl.col("native").all(), pl.col("performance_measured").any(), pl.col("run").n_unique().alias("runs"),
     )
+
+
+def with_release_roofline(results: pl.DataFrame, release) -> pl.DataFrame:
+    """The results with t_roofline_s replaced by the release's sealed roofline (problem_id × hardware); the
+    roofline model where the release has none for a row's hardware (null where neither has it)."""
+    sealed = release.sealed("roofline")
+    roof = (pl.DataFrame(schema={"problem_id": pl.String, "hardware": pl.String, "t_roofline_s": pl.Float64})
+            if sealed is None else sealed.select("problem_id", "hardware", pl.col("t_roofline_s").cast(pl.Float64)))
+    out = results.drop("t_roofline_s").join(roof, on=["problem_id", "hardware"], how="left")
+    sealed_hardware = roof["hardware"].unique().implode()
+    missing = out.filter(pl.col("t_roofline_s").is_null() & ~pl.col("hardware").is_in(sealed_hardware))
+    if missing.height == 0:
+        return out.select(results.columns)
+    from kernels_eval.hardware import load_hardware
+    from kernels_eval.roofline import problem_roofline
+
+    known = load_hardware()
+    manifest = {r["problem_id"]: r for r in release.manifest.iter_rows(named=True)}
+    model = []
+    for pid, hw in missing.select("problem_id", "hardware").unique().iter_rows():
+        m = manifest.get(pid)
+        try:
+            t = (problem_roofline(m["operator"], json.loads(m["init_kwargs"]), json.loads(m["input_kwargs"]),
+                                  hw)["t_roofline_s"] if m is not None and hw in known else None)
+        except (KeyError, ValueError):
+            t = None
+        model.append({"problem_id": pid, "hardware": hw, "t_model_s": t})
+    model = pl.DataFrame(model, schema={"problem_id": pl.String, "hardware": pl.String, "t_model_s": pl.Float64})
+    return (out.join(model, on=["problem_id", "hardware"], how="left")
+            .with_columns(pl.coalesce("t_roofline_s", "t_model_s").alias("t_roofline_s")).select(results.columns))
 
 
 def problem_bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
@@ -88,12 +120,18 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
         by_bound[kind] = {"problems": len(sel), "weight": w,
                           "s_weighted": sum(r["weight"] * r["s_i"] for r in sel) / w if w > 0 else None,
                           "native_rate": sum(bool(r["native"]) for r in sel) / len(sel) if sel else None}
+    measured = any(bool(r.get("performance_measured")) for r in rows)
+    if not measured:  # nothing timed (CPU): S is unknown, and 0 would read as a measured failure
+        s_op = {op: None for op in s_op}
+        agg = per_problem_weighted = lambda col: None  # noqa: E731
+        for b in by_bound.values():
+            b["s_weighted"] = None
     return {
         "hardware": hardware,
         "problems": len(rows),
         "evaluated": sum(r["evaluated"] for r in rows),
         "coverage_weight": sum(r["weight"] for r in rows if r["evaluated"]),
-        "performance_measured": any(bool(r.get("performance_measured")) for r in rows),
+        "performance_measured": measured,
         "S_agg": agg("weight"),
         "S_problem_weighted": per_problem_weighted("weight"),
         "S_agg_phase": {p: agg(f"weight_{p}") for p in PHASES},
@@ -109,10 +147,13 @@ def score(results: pl.DataFrame, release, weights_version: int | str | None = No
     """One score per (submission, hardware) in the results, under the release's weights (default: latest)."""
     weights = release.weights(weights_version)
     version = weights_version if weights_version is not None else release.versions[-1]
-    per_problem = problem_scores(results)
+    per_problem = problem_scores(with_release_roofline(results, release))
+    unsandboxed = dict(((sub, hw), n) for sub, hw, n in results.group_by(["submission", "hardware"]).agg(
+        (~pl.col("sandboxed").fill_null(False)).sum()).iter_rows()) if "sandboxed" in results.columns else {}
     out = []
     for (submission, hardware), group in sorted(per_problem.group_by(["submission", "hardware"]),
                                                 key=lambda kv: kv[0]):
         out.append({"submission": submission, "weights_version": f"v{str(version).lstrip('v')}",
-                    **score_one(group, release.manifest, weights, hardware)})
+                    **score_one(group, release.manifest, weights, hardware),
+                    "unsandboxed_rows": int(unsandboxed.get((submission, hardware), 0))})
     return out

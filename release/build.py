@@ -149,7 +149,7 @@ def _phase_split(fw: pl.DataFrame) -> dict[str, float]:
 
 
 def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict, provenance: pl.DataFrame,
-            secrets: list[str], replace: bool) -> dict:
+            secrets: list[str], replace: bool, signing_key=None, wait_s: float = 0.0) -> dict:
     """Add the card, run the leak check on the finished bundle, and move it into place."""
     from release.card import card_files
     from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
@@ -160,7 +160,7 @@ def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict,
     sealed = sealed_strings(provenance, secrets)
     vocab = public_vocabulary(manifest) | set(PHASES) | {"unknown"}
     report: dict = {}
-    written = write_bundle(out, files, info, replace=replace,
+    written = write_bundle(out, files, info, replace=replace, signing_key=signing_key, wait_s=wait_s,
                            check=lambda tmp: report.update(assert_no_leak(tmp, sealed, vocab).summary()))
     return {"release": str(out), "name": written["name"], "problems": manifest.height,
             "operators": manifest["operator"].n_unique(), "weights_versions": [w["version"] for w in written["weights"]],
@@ -169,7 +169,7 @@ def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict,
 
 def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, name: str | None = None,
                   key: bytes | str | None = None, created: str | None = None, policy=None,
-                  hardware: dict | None = None) -> dict:
+                  hardware: dict | None = None, signing_key=None, wait_s: float = 0.0) -> dict:
     """Build a new release at `out` from a trace root and fleet.yaml; a summary of what was written."""
     hardware = load_hardware_or_none() if hardware is None else hardware
     mined = mine(traces, fleet, hardware, policy)
@@ -204,7 +204,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     if key_source != "environment":
         files[ids.KEY_FILE] = key.hex().encode() + b"\n"
     return _finish(out, files, info, manifest, {1: weights}, provenance_of(probs, mined),
-                   fleet_secrets(mined), replace=False) | {"coverage": cov}
+                   fleet_secrets(mined), replace=False, signing_key=signing_key, wait_s=wait_s) | {"coverage": cov}
 
 
 def _merge_provenance(old: pl.DataFrame | None, new: pl.DataFrame) -> pl.DataFrame:
@@ -228,7 +228,21 @@ def _merge_provenance(old: pl.DataFrame | None, new: pl.DataFrame) -> pl.DataFra
 
 
 def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None = None,
-                    policy=None, hardware: dict | None = None) -> dict:
+                    policy=None, hardware: dict | None = None, signing_key=None, wait_s: float = 0.0) -> dict:
+    """Add weights vN+1 to `release` from the current traces, under the release's lock (waiting up to `wait_s`).
+
+    Read, mined and written under one lock: a second refresh started meanwhile builds on this one's
+    vN+1 instead of losing it. A signed release stays signed: `signing_key` is then required.
+    """
+    from release.lock import release_lock
+
+    with release_lock(release, wait_s):
+        return _refresh(release, traces, fleet, created=created, policy=policy, hardware=hardware,
+                        signing_key=signing_key)
+
+
+def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None, policy,
+             hardware: dict | None, signing_key) -> dict:
     """Add weights vN+1 to `release` from the current traces, over the same problem ids.
 
     Problems no longer hot get weight 0; the rest are renormalised to sum to 1 (each phase column
@@ -238,7 +252,10 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
     from weighting.drift import compare
 
     rel = read_release(release)
-    key, _ = ids.resolve_key(release=release)
+    if rel.check.signature != "unsigned" and signing_key is None:
+        raise ReleaseError(f"{release}: signed by {rel.check.key}; give --signing-key to sign weights "
+                           f"v{rel.versions[-1] + 1} (a refresh never drops a signature)")
+    key, _ = ids.resolve_key(release=rel.root)  # the version just verified, not whatever the path holds now
     hardware = load_hardware_or_none() if hardware is None else hardware
     mined = mine(traces, fleet, hardware, policy)
     new = problems_of(mined.selected, key)
@@ -274,6 +291,6 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
     all_weights = {x: rel.weights(x) for x in rel.versions} | {v: weights}
     provenance = _merge_provenance(rel.sealed("provenance"), provenance_of(kept, mined))
     summary = _finish(release, files, info, rel.manifest, all_weights, provenance,
-                      fleet_secrets(mined), replace=True)
+                      fleet_secrets(mined), replace=True, signing_key=signing_key)
     return summary | {"version": v, "dropped": info["weights"][-1]["dropped"], "candidates": cands.height,
                       "drift": {k: drift[k] for k in ("total_variation", "js_divergence", "spearman")}}

@@ -1,12 +1,10 @@
-"""Release bundles on disk: deterministic Parquet, atomic write, sha256 manifest verified on read."""
+"""Release bundles on disk: deterministic Parquet, locked atomic write, whole-release check on read."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -15,10 +13,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from release import integrity, layout
+from release.integrity import FORMAT, RELEASE_JSON, UNFINISHED_MARKER, json_bytes, sha256
+from release.lock import release_lock
 from release.schema import TABLES, validate
 
-RELEASE_JSON = "release.json"
-FORMAT = "hotshape-release/1"
 MANIFEST_FILE = "public/manifest.parquet"
 SEALED_FILES = {
     "provenance": "sealed/provenance.parquet",
@@ -31,7 +30,7 @@ class ReleaseError(ValueError):
     """A release cannot be read or written; the message names the release and the file."""
 
 
-class ReleaseIntegrityError(ReleaseError):
+class ReleaseIntegrityError(ReleaseError, integrity.IntegrityError):
     """A file of a release is missing, unlisted, or does not match its sha256 in release.json."""
 
 
@@ -48,11 +47,6 @@ def candidates_file(version: int) -> str:
 def drift_file(version: int) -> str:
     """Relative path of the drift report of weights version `version` against the one before."""
     return f"public/drift/v{version}.json"
-
-
-def sha256(data: bytes) -> str:
-    """Hex sha256 of some bytes."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def parquet_bytes(table: pa.Table | pl.DataFrame, name: str, sort_by: tuple[str, ...],
@@ -80,61 +74,71 @@ def table_file(rel: str, table: pa.Table | pl.DataFrame, name: str, sort_by: tup
     return parquet_bytes(table, name, sort_by, "none" if rel.startswith("public/") else "zstd")
 
 
-def json_bytes(value) -> bytes:
-    """JSON bytes in the one layout a release uses: sorted keys, indent 2, final newline."""
-    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
-
-
 def _check_rel(rel: str) -> str:
     p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts or not p.parts or rel == RELEASE_JSON:
+    if p.is_absolute() or ".." in p.parts or not p.parts or rel in integrity.ENVELOPE or rel == UNFINISHED_MARKER:
         raise ReleaseError(f"bad file path in a release: {rel!r}")
     return str(p)
 
 
 def write_bundle(out: str | Path, files: dict[str, bytes], info: dict, replace: bool = False,
-                 check: Callable[[Path], object] | None = None) -> dict:
-    """Write files + release.json into a temporary directory and rename it to `out`; the info written.
+                 check: Callable[[Path], object] | None = None, signing_key: str | Path | None = None,
+                 wait_s: float = 0.0) -> dict:
+    """Write files + release.json as a new version of the release at `out` and point `out` at it; the info written.
 
-    A crash leaves either no release or the previous one, never a partial one. `check` (the leak
-    check) runs on the finished temporary directory and, by raising, stops the release from
-    appearing. `replace` allows an existing release at `out` to be swapped out (used by refresh).
+    Under the release's lock. A crash leaves the previous version (or nothing) in place, never a
+    partial one, and the next write removes what it left. `check` (the leak check) runs on the
+    finished temporary directory and, by raising, stops the release from appearing. `replace`
+    allows an existing release at `out` to be replaced (used by refresh). `signing_key` (an
+    Ed25519 private key file) adds release.sig and release.pub.
     """
     out = Path(out)
     files = {_check_rel(k): v for k, v in files.items()}
     info = {k: v for k, v in info.items() if k != "digest"}
     info = dict(info, format=FORMAT, files={k: sha256(files[k]) for k in sorted(files)})
     # release.json cannot list its own sha256; it carries the digest of the rest of itself instead.
-    info["digest"] = sha256(json_bytes(info))
-    if out.exists() and not replace:
-        if out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        else:
-            raise ReleaseError(f"{out}: already exists; give a new --out (releases are never overwritten)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        for rel, data in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        (tmp / RELEASE_JSON).write_bytes(json_bytes(info))
-        if check is not None:
-            check(tmp)
-        _fsync_tree(tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    info["digest"] = integrity.info_digest(info)
+    signer = None
+    if signing_key is not None:
+        from release.signing import load_signing_key
+
+        signer = load_signing_key(signing_key)
+    with release_lock(out, wait_s):
+        layout.clean(out)
+        if os.path.lexists(out) and not replace:
+            if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+                out.rmdir()
+            else:
+                raise ReleaseError(f"{out}: already exists; give a new --out (releases are never overwritten)")
+        tmp = layout.new_temp(out)
+        try:
+            _write_tree(tmp, files, info, check, signer)
+            layout.publish(out, tmp, info["digest"][:16])
+        finally:
+            layout.remove(tmp)
+            layout.clean(out)
     return info
+
+
+def _write_tree(tmp: Path, files: dict[str, bytes], info: dict, check, signer) -> None:
+    """The release's files in `tmp`, durable, the unfinished marker removed last."""
+    marker = tmp / UNFINISHED_MARKER
+    marker.write_bytes(b"")
+    for rel, data in files.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    body = json_bytes(info)
+    (tmp / RELEASE_JSON).write_bytes(body)
+    if check is not None:
+        check(tmp)
+    if signer is not None:
+        # After the leak check: a signature and a public key carry nothing sealed.
+        (tmp / integrity.SIGNATURE_FILE).write_bytes(signer.sign(body))
+        (tmp / integrity.PUBLIC_KEY_FILE).write_bytes(signer.public_pem)
+    _fsync_tree(tmp)
+    marker.unlink()
+    layout.fsync_dir(tmp)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -142,44 +146,25 @@ def _fsync_tree(root: Path) -> None:
         if path.is_file():
             with open(path, "rb") as fh:
                 os.fsync(fh.fileno())
+        elif path.is_dir():
+            layout.fsync_dir(path)
 
 
-def _listed_files(root: Path) -> list[str]:
-    return sorted(
-        p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != RELEASE_JSON
-    )
+def _integrity(fn, *args):
+    try:
+        return fn(*args)
+    except integrity.IntegrityError as exc:
+        raise ReleaseIntegrityError(str(exc)) from exc
 
 
 def load_info(path: str | Path) -> dict:
-    """release.json of a release, parsed; a ReleaseError naming the file when unreadable."""
-    f = Path(path) / RELEASE_JSON
-    try:
-        info = json.loads(f.read_bytes())
-    except FileNotFoundError as exc:
-        raise ReleaseError(f"{f}: not a release (no release.json)") from exc
-    except json.JSONDecodeError as exc:
-        raise ReleaseIntegrityError(f"{f}: not valid JSON ({exc})") from exc
-    if info.get("format") != FORMAT or not isinstance(info.get("files"), dict):
-        raise ReleaseIntegrityError(f"{f}: not a {FORMAT} release.json")
-    if info.get("digest") != sha256(json_bytes({k: v for k, v in info.items() if k != "digest"})):
-        raise ReleaseIntegrityError(f"{f}: its digest does not match its content (corrupted or edited)")
-    return info
+    """release.json of a release, parsed and its digest checked; a ReleaseError naming the file otherwise."""
+    return _integrity(integrity.load_info, path)
 
 
-def verify_release(path: str | Path) -> dict:
-    """release.json once every file matches its sha256 and no file is missing or unlisted."""
-    root = Path(path)
-    info = load_info(root)
-    listed = info["files"]
-    on_disk = _listed_files(root)
-    problems = [f"{rel}: missing" for rel in sorted(set(listed) - set(on_disk))]
-    problems += [f"{rel}: not listed in release.json" for rel in sorted(set(on_disk) - set(listed))]
-    for rel in sorted(set(listed) & set(on_disk)):
-        if sha256((root / rel).read_bytes()) != listed[rel]:
-            problems.append(f"{rel}: sha256 does not match release.json (corrupted or edited)")
-    if problems:
-        raise ReleaseIntegrityError(f"{root}: " + "; ".join(problems))
-    return info
+def verify_release(path: str | Path, public_key: bytes | None = None) -> integrity.Verified:
+    """The release once it passes the whole check (digest, every file, nothing unlisted, signature)."""
+    return _integrity(integrity.read_verified, path, public_key)
 
 
 @dataclass
@@ -191,6 +176,8 @@ class Release:
     manifest: pl.DataFrame
     verified: bool
     _cache: dict = field(default_factory=dict, repr=False)
+    root: Path | None = None  # the versioned directory `path` pointed to when read
+    check: integrity.Verified | None = field(default=None, repr=False)
 
     @property
     def versions(self) -> list[int]:
@@ -203,13 +190,13 @@ class Release:
         return self.info.get("name", self.path.name)
 
     def read_bytes(self, rel: str) -> bytes:
-        """One listed file's bytes, checked against its sha256 when the release was verified."""
+        """One listed file's bytes: those the check read when the release was verified, else from disk."""
         if rel not in self.info["files"]:
             raise ReleaseError(f"{self.path}: no file {rel} in this release")
-        data = (self.path / rel).read_bytes()
-        if self.verified and sha256(data) != self.info["files"][rel]:
-            raise ReleaseIntegrityError(f"{self.path / rel}: sha256 does not match release.json")
-        return data
+        if self.check is not None:
+            # The bytes that were verified are the bytes used: an edit after the check changes nothing.
+            return self.check.data[rel]
+        return ((self.root or self.path) / rel).read_bytes()
 
     def _frame(self, rel: str) -> pl.DataFrame:
         if rel not in self._cache:
@@ -249,10 +236,15 @@ class Release:
         return {rel: self.read_bytes(rel) for rel in sorted(self.info["files"])}
 
 
-def read_release(path: str | Path, verify: bool = True) -> Release:
-    """The release at `path`; with verify (the default) every file's sha256 is checked first."""
-    root = Path(path)
-    info = verify_release(root) if verify else load_info(root)
-    release = Release(path=root, info=info, manifest=pl.DataFrame(), verified=verify)
+def read_release(path: str | Path, verify: bool = True, public_key: bytes | None = None) -> Release:
+    """The release at `path`; with verify (the default) it passes the whole check first (integrity.py)."""
+    path = Path(path)
+    if verify:
+        check = verify_release(path, public_key)
+        release = Release(path=path, info=check.info, manifest=pl.DataFrame(), verified=True, root=check.root,
+                          check=check)
+    else:
+        root = layout.current(path) or path
+        release = Release(path=path, info=load_info(root), manifest=pl.DataFrame(), verified=False, root=root)
     release.manifest = release._frame(MANIFEST_FILE)
     return release

@@ -1,4 +1,4 @@
-"""`hotshape build | refresh | import-atrex | export-atrex`: the command-line face of release."""
+"""`hotshape build | refresh | verify | keygen | import-atrex | export-atrex`: the command-line face of release."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def run_build(args: argparse.Namespace) -> int:
 
     def go():
         s = build_release(args.traces, args.fleet, args.out, name=args.name, created=args.created,
-                          policy=_policy(args.policy))
+                          policy=_policy(args.policy), signing_key=args.signing_key, wait_s=args.wait_s)
         return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} operators, "
                        f"coverage {s['coverage'].get('coverage_of_fleet', 0):.1%}, leak check passed")
 
@@ -50,12 +50,49 @@ def run_refresh(args: argparse.Namespace) -> int:
     from release.build import refresh_release
 
     def go():
-        s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy))
+        s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy),
+                            signing_key=args.signing_key, wait_s=args.wait_s)
         return _report(args, s, f"{s['release']}: weights v{s['version']} ({s['dropped']} problems "
                        f"dropped to 0, {s['candidates']} candidates), total variation vs "
                        f"v{s['version'] - 1} {s['drift']['total_variation']:.4f}")
 
     return _run("refresh", go)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Check a release's digest, every file and its signature; 0 when it can be trusted, 2 otherwise."""
+    from pathlib import Path
+
+    from release.integrity import read_verified
+
+    def go():
+        pinned = Path(args.public_key).read_bytes() if args.public_key else None
+        check = read_verified(args.release, pinned)
+        if check.signature == "not checked":
+            raise ValueError(f"{args.release}: cannot check its signature: the cryptography package is not installed")
+        ok = check.signature == "verified" or args.allow_unsigned
+        line = f"{args.release}: {'verified' if ok else 'not trusted'}: {check.summary()}"
+        if args.json:
+            print(json.dumps({"release": str(args.release), "ok": ok, "signature": check.signature, "key": check.key,
+                              "pinned": check.pinned, "files": len(check.data), "digest": check.info["digest"],
+                              "version_dir": str(check.root)}, sort_keys=True))
+        else:
+            print(line, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 2
+
+    return _run("verify", go)
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    """Make a maintainer's Ed25519 key pair for signing releases."""
+    from release.signing import keygen
+
+    def go():
+        s = keygen(args.out)
+        return _report(args, s, f"{s['private_key']} (keep it private) and {s['public_key']} (publish it): "
+                       f"{s['fingerprint']}")
+
+    return _run("keygen", go)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -85,8 +122,14 @@ def _version(text: str) -> int:
     return int(text.lstrip("v"))
 
 
+def _writer_options(p) -> None:
+    p.add_argument("--signing-key", help="Ed25519 private key file (hotshape keygen) to sign release.json with")
+    p.add_argument("--wait-s", type=float, default=0.0,
+                   help="wait this long for another build or refresh of the release to finish (default: stop at once)")
+
+
 def register(subparsers) -> None:
-    """Add build, refresh, import-atrex and export-atrex to the hotshape command."""
+    """Add build, refresh, verify, keygen, import-atrex and export-atrex to the hotshape command."""
     p = subparsers.add_parser("build", help="traces + fleet.yaml -> a new release bundle")
     p.add_argument("--traces", required=True, help="trace root (fleet.yaml globs are relative to it)")
     p.add_argument("--fleet", required=True, help="fleet.yaml")
@@ -95,6 +138,7 @@ def register(subparsers) -> None:
     p.add_argument("--created", help="release date (default: fleet window end; never the clock)")
     p.add_argument("--policy", help="selection policy YAML (default: weighting's policy.yaml)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    _writer_options(p)
     p.set_defaults(func=run_build)
 
     p = subparsers.add_parser("refresh", help="add weights vN+1 to a release from the current traces")
@@ -104,7 +148,21 @@ def register(subparsers) -> None:
     p.add_argument("--created", help="date of the new weights version (default: fleet window end)")
     p.add_argument("--policy", help="selection policy YAML")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    _writer_options(p)
     p.set_defaults(func=run_refresh)
+
+    p = subparsers.add_parser("verify", help="check a release's digest, every file and its Ed25519 signature")
+    p.add_argument("release", help="release directory")
+    p.add_argument("--public-key", help="the maintainer's public key (PEM) the release must be signed by; "
+                   "without it the key shipped in the release is used, which proves consistency only")
+    p.add_argument("--allow-unsigned", action="store_true", help="exit 0 for a consistent unsigned release")
+    p.add_argument("--json", action="store_true", help="print a machine-readable result")
+    p.set_defaults(func=run_verify)
+
+    p = subparsers.add_parser("keygen", help="make an Ed25519 key pair for signing releases")
+    p.add_argument("--out", required=True, help="directory for release-signing.key (0600) and release-signing.pub")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=run_keygen)
 
     p = subparsers.add_parser("import-atrex", help="Atrex-Bench data layout -> a release")
     p.add_argument("dir", help="Atrex-Bench folder (holding data/ or operator_importance.json)")

@@ -29,6 +29,14 @@ def _need(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def results_key_dir(tmp_path_factory, monkeypatch) -> Path:
+    """A results key of the test session's own (HOTSHAPE_KEY_DIR), never the host's ~/.config/hotshape."""
+    path = tmp_path_factory.getbasetemp() / "results-key"
+    monkeypatch.setenv("HOTSHAPE_KEY_DIR", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def public_traces() -> Path:
     """The public trace fixtures (../shared/traces/public)."""

@@ -38,6 +38,9 @@ def read_weight_set(path: str | Path) -> tuple[pl.DataFrame, str]:
     release's public/manifest.parquet, joined on problem_id.
     """
     path = Path(path)
+    release = _release_of(path)
+    if release is not None:
+        return _release_weight_set(path, release)
     if path.is_dir():
         versions = {}
         for f in (path / "public" / "weights").glob("v*.parquet"):
@@ -62,6 +65,30 @@ def read_weight_set(path: str | Path) -> tuple[pl.DataFrame, str]:
         if lost.height:
             raise ValueError(f"{file}: problem_id {lost['problem_id'][0]!r} is not in {manifest}")
     return as_weight_set(frame, str(file)), label
+
+
+def _release_of(path: Path) -> Path | None:
+    """The release directory `path` is (or whose public/weights/vN.parquet it is), when it has a release.json."""
+    if path.is_dir():
+        return path if (path / "release.json").is_file() else None
+    up = path.parent.parent.parent
+    return up if path.parent.name == "weights" and (up / "release.json").is_file() else None
+
+
+def _release_weight_set(path: Path, root: Path) -> tuple[pl.DataFrame, str]:
+    """A weight set of a release read through the release's whole check (release/integrity.py)."""
+    from release.bundle import read_release
+
+    rel = read_release(root)
+    if path == root:
+        version = rel.versions[-1] if rel.versions else None
+    else:
+        m = re.fullmatch(r"v(\d+)\.parquet", path.name)
+        version = int(m.group(1)) if m else None
+    if version is None or version not in rel.versions:
+        raise ValueError(f"{path}: not a weights version of the release {root}")
+    frame = rel.weights(version).join(rel.manifest.select("problem_id", "operator"), on="problem_id", how="left")
+    return as_weight_set(frame, str(path)), f"{root.name}/v{version}"
 
 
 def _normalised(values: np.ndarray) -> np.ndarray:

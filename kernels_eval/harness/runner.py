@@ -358,15 +358,14 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def release_digest(release: ReleaseView) -> str | None:
-    """The digest of the release.json the view was read from."""
-    digest = getattr(release, "digest", None)
-    if digest is None:
-        try:
-            digest = json.loads((Path(release.path) / "release.json").read_bytes()).get("digest")
-        except (OSError, ValueError):
-            return None
-    return digest
+def release_identity(release: ReleaseView) -> dict:
+    """release_digest (of the release.json the view was read from) and manifest_sha256 (its problems)."""
+    try:
+        info = json.loads((Path(release.path) / "release.json").read_bytes())
+    except (OSError, ValueError):
+        info = {}
+    return {"release_digest": getattr(release, "digest", None) or info.get("digest"),
+            "manifest_sha256": (info.get("files") or {}).get("public/manifest.parquet")}
 
 
 def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, config: EvalConfig,
@@ -388,7 +387,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     base = {"submission": submission.name, "release": release.name, "run_id": run_id or new_run_id(),
             "run": config.run, "hardware": hardware, "device": config.device,
             "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "release_digest": release_digest(release), "sandboxed": bool(getattr(config, "sandbox", False))}
+            **release_identity(release), "sandboxed": bool(getattr(config, "sandbox", False))}
     rows = []
     emitted: set[str] = set()
     # hashed before any candidate runs: the row names the file that was judged, not what it became

@@ -5,7 +5,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from kernels_eval.results_schema import next_run, read_results, write_results
+from kernels_eval.results_verify import check_results
 from kernels_eval.scoring import score
 from pipelines.defs.metadata import markdown_table
 from pipelines.defs.release import release_bundle
@@ -19,16 +19,15 @@ from release.bundle import read_release
 def evaluation_results(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """One row per problem of the release for a new run of one submission: compile, correctness, adoption, timing."""
     # The harness spawns one worker process per operator file; torch and triton load there, not here.
-    from kernels_eval.eval_commands import eval_summary
+    from kernels_eval.eval_commands import eval_summary, evaluate_to
     from kernels_eval.harness.release_view import read_release_view
-    from kernels_eval.harness.runner import EvalConfig, detect_hardware, evaluate
+    from kernels_eval.harness.runner import EvalConfig, detect_hardware
 
     key, path = context.partition_key, store.results_file(context.partition_key)
     release = read_release_view(store.release_dir)
     hardware = detect_hardware(store.device, release.hardware_names)
-    config = EvalConfig(device=store.device, hardware=hardware, run=next_run(path, key, hardware))
-    rows = evaluate(store.submission_path(key), release, config=config)
-    write_results(rows, path)
+    config = EvalConfig(device=store.device, hardware=hardware)
+    rows = evaluate_to(path, store.submission_path(key), release, config).rows  # signed, journalled, merged
     summary = eval_summary(rows)
     stages = pl.DataFrame(rows).group_by("operator").agg(pl.col("stage").first(), pl.len().alias("problems"),
                                                          pl.col("error").first()).sort("operator")
@@ -46,7 +45,8 @@ def scores(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.Materi
     """S_agg, per-operator S_op and stage rates of one submission under the release's latest weights (no GPU)."""
     key = context.partition_key
     release = read_release(store.release_dir)
-    results = pl.from_arrow(read_results(store.results_file(key))).filter(pl.col("submission") == key)
+    # rows this host signed against this release only; anything else fails the asset, naming the file
+    results = check_results(store.results_file(key), release, submission=key).rows
     result = score(results, release)
     version = release.versions[-1]
     path = store.scores_dir(key) / f"{release.name}-v{version}.json"

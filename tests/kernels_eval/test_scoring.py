@@ -16,14 +16,21 @@ PROBLEMS = {"a1": ("rms_norm", RMS), "a2": ("rms_norm", RMS), "a3": ("rms_norm",
 
 
 class FakeRelease:
-    """What scoring reads of a release: manifest, weights(version), versions."""
+    """What scoring reads of a release: manifest, weights(version), versions, the sealed roofline (each
+    problem 1 s on H200 and H100 unless `roofline` says otherwise)."""
 
-    def __init__(self, weights: dict[int, dict[str, tuple]]) -> None:
+    def __init__(self, weights: dict[int, dict[str, tuple]], roofline: dict[str, float] | None = None) -> None:
         self.manifest = pl.DataFrame([
             {"problem_id": pid, "operator": op, "init_kwargs": json.dumps(i), "input_kwargs": json.dumps(x),
              "dtypes": "{}"} for pid, (op, (i, x)) in PROBLEMS.items()])
         self._weights = weights
         self.versions = sorted(weights)
+        roofline = {pid: 1.0 for pid in PROBLEMS} | (roofline or {})
+        self._roofline = pl.DataFrame([{"problem_id": pid, "hardware": hw, "t_roofline_s": t}
+                                       for pid, t in roofline.items() for hw in ("H200", "H100")])
+
+    def sealed(self, name):
+        return self._roofline if name == "roofline" else None
 
     def weights(self, version=None):
         v = self.versions[-1] if version is None else int(str(version).lstrip("v"))
@@ -119,3 +126,28 @@ def test_results_file_round_trip_appends_and_rejects_bad_rows(tmp_path):
         results_table([{**row("a1"), "stage": "finished"}])
     with pytest.raises(ValueError, match="missing columns"):
         results_table([{"problem_id": "a1"}])
+
+
+def test_t_roofline_comes_from_the_release_never_from_the_results():
+    honest = [row("a1", t=2.0), row("a2", t=4.0), row("a3", t=1.0), row("g1", t=10.0)]
+    forged = [{**r, "t_roofline_s": 1e9} for r in honest]  # would make every S_i 1.0 if trusted
+    (s_honest,) = score(frame(honest), FakeRelease({1: V1}))
+    (s_forged,) = score(frame(forged), FakeRelease({1: V1}))
+    assert s_forged["S_agg"] == pytest.approx(s_honest["S_agg"]) == pytest.approx(0.6 * 0.5 + 0.4 * 0.1)
+    (slower,) = score(frame(honest), FakeRelease({1: V1}, roofline={"g1": 5.0}))  # the release's gemm: 5 s
+    assert slower["S_op"]["gemm"] == pytest.approx(0.5)
+
+
+def test_nothing_timed_means_not_measured_not_zero():
+    rows = [row(pid, t=None) for pid in PROBLEMS]  # a CPU run: compiled, correct, native, no timing
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    assert s["performance_measured"] is False
+    assert s["S_agg"] is None and s["S_problem_weighted"] is None
+    assert set(s["S_agg_phase"].values()) == {None} and set(s["S_op"].values()) == {None}
+    assert s["rates"]["native"]["unweighted"] == 1.0
+
+
+def test_unsandboxed_rows_are_counted():
+    rows = [{**row("a1", t=1.0), "sandboxed": True}, row("a2", t=1.0), {**row("g1", t=1.0), "sandboxed": False}]
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    assert s["unsandboxed_rows"] == 2

@@ -104,7 +104,7 @@ def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_ev
         submission_tick = new_submission_sensor(dg.build_sensor_context(instance=inst, resources={"store": store}))
         [request] = submission_tick.run_requests  # "honest" was added and evaluated by materialize_all
         assert (request.partition_key, request.tags) == ("second", {"hotshape/device": "cpu"})
-        assert set(first["scores"]) == {"honest"} and first["scores"]["honest"]["S_agg"] == {"cpu": 0.0}
+        assert set(first["scores"]) == {"honest"} and first["scores"]["honest"]["S_agg"] == {"cpu": None}
         evaluations = len(inst.fetch_materializations(dg.AssetKey("evaluation_results"), limit=100).records)
 
         ctx = dg.build_schedule_context(instance=inst, repository_def=defs.get_repository_def(), resources={"store": store},

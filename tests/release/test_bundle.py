@@ -84,12 +84,13 @@ def test_damage_is_detected_on_read(tmp_path, damage):
         read_release(tmp_path / "r")
 
 
-def test_corruption_after_open_is_caught_by_verified_reads(tmp_path):
+def test_an_edit_after_open_changes_nothing_read_and_is_caught_by_the_next_read(tmp_path):
     _write(tmp_path / "r")
     rel = read_release(tmp_path / "r")
     (tmp_path / "r" / "README.md").write_bytes(b"# edited\n")
+    assert rel.read_bytes("README.md") == b"# card\n"  # the bytes that were verified are the bytes used
     with pytest.raises(ReleaseIntegrityError, match="README.md"):
-        rel.read_bytes("README.md")
+        read_release(tmp_path / "r")
 
 
 def test_existing_release_is_never_overwritten(tmp_path):
@@ -114,7 +115,9 @@ def test_replace_swaps_in_a_complete_release(tmp_path):
     files["README.md"] = b"# v2\n"
     write_bundle(tmp_path / "r", files, {"name": "t", "weights": [{"version": 1}]}, replace=True)
     assert read_release(tmp_path / "r").read_bytes("README.md") == b"# v2\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+    # NAME -> .NAME.d/<digest>; the version it replaced is gone, and so is the lock file.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".r.d", "r"]
+    assert [p.name for p in (tmp_path / ".r.d").iterdir()] == [(tmp_path / "r").resolve().name]
 
 
 def test_not_a_release_is_named(tmp_path):
