@@ -80,10 +80,15 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
 
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out as a new run (or the cut one)."""
-    from kernels_eval.harness.release_view import read_release_view
+    from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
     from kernels_eval.harness.runner import EvalConfig, detect_hardware
 
-    release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
+    try:
+        release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
+    except ReleaseViewError as exc:
+        print(f"hotshape eval: {exc}", file=sys.stderr)
+        return 2
+    print(f"release {args.release}: {release.integrity}", file=sys.stderr)
     device = args.device or _default_device()
     hardware = detect_hardware(device, release.hardware_names)
     config = EvalConfig(device=device, sets=args.sets, call_timeout_s=args.timeout_s,
@@ -132,9 +137,14 @@ def run_score(args: argparse.Namespace) -> int:
     """Score RESULTS under a weights version of RELEASE, from the rows this host signed against it."""
     from kernels_eval.results_verify import ResultsRejected, check_results
     from kernels_eval.scoring import score
-    from release.bundle import read_release
+    from release.bundle import ReleaseError, read_release
 
-    release = read_release(args.release)
+    try:
+        release = read_release(args.release)
+    except ReleaseError as exc:
+        print(f"hotshape score: {exc}", file=sys.stderr)
+        return 2
+    print(f"release {args.release}: {release.check.summary()}", file=sys.stderr)
     try:
         checked = check_results(args.results, release, submission=args.submission,
                                 exclude_unverified=args.exclude_unverified)

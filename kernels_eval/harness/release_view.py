@@ -29,6 +29,7 @@ class ReleaseView:
     problems: list[dict]
     roofline_rows: list[dict]
     integrity: str = ""  # one line: what the check verified, and whether the signature was checked
+    digest: str = ""  # release.json's digest, as verified
 
     def roofline(self, hardware: str) -> dict[str, float]:
         """problem_id → t_roofline_s on `hardware` (empty when the release has none for it)."""
@@ -53,4 +54,4 @@ def read_release_view(path: str | Path, public_key: bytes | None = None) -> Rele
     return ReleaseView(path=root, name=check.info.get("name", root.name),
                        problems=pq.read_table(io.BytesIO(manifest)).to_pylist(),
                        roofline_rows=pq.read_table(io.BytesIO(roofline)).to_pylist() if roofline else [],
-                       integrity=check.summary())
+                       integrity=check.summary(), digest=check.info["digest"])
