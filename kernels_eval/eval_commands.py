@@ -91,9 +91,16 @@ def run_eval(args: argparse.Namespace) -> int:
     print(f"release {args.release}: {release.integrity}", file=sys.stderr)
     device = args.device or _default_device()
     hardware = detect_hardware(device, release.hardware_names)
+    if not args.no_sandbox:
+        from kernels_eval.harness.sandbox import check_bwrap
+
+        problem = check_bwrap()
+        if problem is not None:
+            print(f"hotshape eval: {problem}", file=sys.stderr)
+            return 2
     config = EvalConfig(device=device, sets=args.sets, call_timeout_s=args.timeout_s,
-                        memory_gb=args.memory_gb, hardware=hardware,
-                        keep_logs=Path(args.logs) if args.logs else None)
+                        memory_gb=args.memory_gb, hardware=hardware, sandbox=not args.no_sandbox,
+                        max_processes=args.max_processes, keep_logs=Path(args.logs) if args.logs else None)
     if args.timing_budget_s is not None:
         config.timing_budget_s = args.timing_budget_s
 
@@ -199,7 +206,12 @@ def register(subparsers) -> None:
     e.add_argument("--out", required=True, help="results Parquet file (rows are appended as a new run)")
     e.add_argument("--sets", type=int, default=3, help="fresh random input sets per problem")
     e.add_argument("--timeout-s", type=float, default=120.0, help="deadline of one worker call")
-    e.add_argument("--memory-gb", type=float, default=32.0, help="host memory limit of a worker")
+    e.add_argument("--memory-gb", type=float, default=None,
+                   help="host memory limit of a worker and its children (default: half the machine's memory, "
+                        "at most all but 4 GiB)")
+    e.add_argument("--max-processes", type=int, default=64, help="processes a worker may run at once")
+    e.add_argument("--no-sandbox", action="store_true",
+                   help="run candidates without bubblewrap (results are marked unsandboxed)")
     e.add_argument("--timing-budget-s", type=float, default=None, help="timed seconds per problem")
     e.add_argument("--logs", help="keep each worker's output in this directory")
     e.add_argument("--resume", action="store_true",

@@ -1,4 +1,4 @@
-"""The parent's handle on one worker process: spawn, request with a deadline, memory watch, kill."""
+"""The parent's handle on one worker process: spawn (in the sandbox), request with a deadline, limits, kill."""
 
 from __future__ import annotations
 
@@ -10,50 +10,64 @@ import sys
 import time
 from pathlib import Path
 
-from kernels_eval.harness import channel
+from kernels_eval.harness import channel, sandbox
+from kernels_eval.harness.limits import Cgroup, ProcessTree, parent_pid as _parent
+
+BWRAP_PROCESSES = 2  # bwrap outside the sandbox and its pid 1 inside: not the candidate's
 
 
 class WorkerDied(RuntimeError):
-    """The worker crashed, exited, hung past its deadline or went over its memory limit (it is gone)."""
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """The worker crashed, exited, hung past its deadline or went over a limit (it is gone)."""
 
 
 class WorkerProcess:
     """A running worker; `request` sends one command and waits for its reply within a deadline."""
 
     def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float,
-                 wait: bool = True) -> None:
-        """Spawn the worker; with wait=False return at once and let the first request wait for its ready
-        line (so the next operator's worker can import torch while the current one is judged)."""
+                 wait: bool = True, sandboxed: bool = True, max_processes: int = 64, scratch: Path | None = None,
+                 files: tuple[Path, ...] = (), use_cgroup: bool = True) -> None:
+        """Spawn the worker (in the sandbox unless sandboxed=False; `scratch` is its one writable directory,
+        `files` the candidate files it may read); with wait=False return at once and let the first request
+        wait for its ready line (so the next operator's worker can import torch while the current one is
+        judged)."""
+        bwrap = sandbox.find_bwrap() if sandboxed else None
+        if sandboxed and bwrap is None:
+            raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        env = dict(os.environ)
-        # the worker imports kernels_eval from this checkout even where the package is not installed
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
+        argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w)]
+        if bwrap is not None:
+            argv, env = sandbox.bwrap_command(bwrap, argv, device=device, scratch=scratch or log_path.parent,
+                                              files=files)
         else:
-            env.pop("TRITON_INTERPRET", None)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("HOTSHAPE_")}
+            # the worker imports kernels_eval from this checkout even where the package is not installed
+            root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+            if device == "cpu":
+                env["TRITON_INTERPRET"] = "1"
+            else:
+                env.pop("TRITON_INTERPRET", None)
+        self.sandboxed = bwrap is not None
         self.log_path = log_path
         self.memory_bytes = memory_bytes
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w)],
-                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True)
+        self.max_processes = max_processes
+        self.cgroup = Cgroup.create(memory_bytes, max_processes + BWRAP_PROCESSES) if use_cgroup else None
+        if self.cgroup is not None:
+            argv = self.cgroup.wrap(argv)
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(argv, pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        except BaseException:
+            for fd in (cmd_r, cmd_w, res_r, res_w):
+                os.close(fd)
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
         os.close(cmd_r)
         os.close(res_w)
+        self.tree = ProcessTree(self.proc.pid)
         self.cmd_w, self.res_r = cmd_w, res_r
         self.start_timeout_s = start_timeout_s
         self.ready = False
@@ -86,23 +100,45 @@ class WorkerProcess:
                     return channel.recv(self.res_r)
                 except EOFError:
                     code = self.proc.wait()
-                    self.kill()
-                    raise WorkerDied(f"worker process exited with status {code} during the call{self._log_tail()}")
+                    raise self._died(code) from None
                 except ValueError as exc:
                     self.kill()
                     raise WorkerDied(f"worker sent a malformed reply ({exc})") from exc
             code = self.proc.poll()
             if code is not None:
+                raise self._died(code)
+            over = self._over_limit()
+            if over:
                 self.kill()
-                raise WorkerDied(f"worker process exited with status {code} during the call{self._log_tail()}")
-            rss = _rss_bytes(self.proc.pid)
-            if rss > self.memory_bytes:
-                self.kill()
-                raise WorkerDied(f"worker used {rss / 2**30:.1f} GiB of host memory (limit "
-                                 f"{self.memory_bytes / 2**30:.1f} GiB)")
+                raise WorkerDied(over)
             if time.monotonic() > deadline:
                 self.kill()
                 raise WorkerDied(f"no answer within {timeout_s:g} s (hang or too slow); worker killed")
+
+    def usage(self) -> tuple[int, int, bool]:
+        """(the candidate's processes, memory bytes, whether the kernel killed one for memory) now."""
+        procs, memory, oom = (self.cgroup or self.tree).usage()
+        return max(0, procs - (BWRAP_PROCESSES if self.sandboxed else 0)), memory, oom
+
+    def _over_limit(self) -> str | None:
+        """Why the worker must be stopped for a limit now, or None."""
+        procs, memory, oom = self.usage()
+        limit_gb = self.memory_bytes / 2**30
+        if procs > self.max_processes:
+            return f"worker started {procs} processes (limit {self.max_processes}); worker killed"
+        if oom:
+            return (f"worker went over its host memory limit of {limit_gb:.1f} GiB (peak {memory / 2**30:.1f} "
+                    f"GiB over its processes; the kernel killed one); worker killed")
+        if self.cgroup is None and memory > self.memory_bytes:
+            return (f"worker used {memory / 2**30:.1f} GiB of host memory over {procs} processes (limit "
+                    f"{limit_gb:.1f} GiB); worker killed")
+        return None
+
+    def _died(self, code: int) -> WorkerDied:
+        """The error of a worker that exited by itself (or was ended by the kernel for the memory limit)."""
+        over = self._over_limit() if self.cgroup is not None else None
+        self.kill()
+        return WorkerDied(over or f"worker process exited with status {code} during the call{self._log_tail()}")
 
     def _log_tail(self) -> str:
         try:
@@ -112,7 +148,17 @@ class WorkerProcess:
         return f"; its output ends: {tail}" if tail else ""
 
     def kill(self) -> None:
-        """Kill the worker's process group and close the pipes (idempotent)."""
+        """Kill the worker and every process it started, close the pipes (idempotent). In the sandbox the
+        pid namespace's init goes first: the kernel then kills everything in the namespace before that init
+        exits, and bwrap outside exits with it, so once bwrap is reaped nothing of the candidate is left."""
+        pids = self.tree.scan() if self.proc.poll() is None else set()
+        if self.sandboxed:
+            _signal([p for p in pids if p != self.proc.pid and _parent(p) == self.proc.pid])
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal(pids)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -121,6 +167,8 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
         for fd in (self.cmd_w, self.res_r):
             try:
                 os.close(fd)
@@ -131,3 +179,11 @@ class WorkerProcess:
     def close(self) -> None:
         """Stop the worker."""
         self.kill()
+
+
+def _signal(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

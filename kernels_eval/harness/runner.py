@@ -15,7 +15,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -41,7 +41,10 @@ class EvalConfig:
     sets: int = 3  # fresh random input sets per shape for correctness
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
-    memory_gb: float = 32.0  # host RSS limit of a worker
+    memory_gb: float | None = None  # host-memory limit of a worker and its children (None: half the machine)
+    max_processes: int = 64  # processes a worker may have running, itself included
+    sandbox: bool = True  # workers run in the bubblewrap sandbox (harness/sandbox.py)
+    candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     gpu_memory_fraction: float = 0.45
     profile_calls: int = 3
     timing_budget_s: float = 0.3
@@ -378,6 +381,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
         release = read_release_view(release)
     submission = Path(submission)
     files = operator_files(submission)
+    config = replace(config, candidate_files=tuple(f for f in files.values() if f is not None))
     manifest = sorted(release.problems, key=lambda r: (r["operator"], r["problem_id"]))
     chosen = [Problem(r) for r in manifest
               if (ops is None or r["operator"] in ops) and (problems is None or r["problem_id"] in problems)
@@ -462,8 +466,13 @@ def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | No
 
 def start_worker(config: EvalConfig, log_path: Path, wait: bool) -> WorkerProcess:
     """A worker process for one operator file; wait=False returns while it is still importing torch."""
-    return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=int(config.memory_gb * 2**30),
-                         start_timeout_s=config.start_timeout_s, wait=wait)
+    from kernels_eval.harness.limits import default_memory_bytes
+
+    memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
+    # the run's scratch directory (exchange directories, Triton cache) is the sandbox's one writable place
+    return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=memory,
+                         start_timeout_s=config.start_timeout_s, wait=wait, sandboxed=config.sandbox,
+                         max_processes=config.max_processes, scratch=log_path.parent, files=config.candidate_files)
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
