@@ -65,8 +65,9 @@ def test_a_short_call_is_timed_by_its_kernel_time_after_settling(monkeypatch):
     times = timing.time_calls(gpu.kernel(10e-6), [{}, {}], flush=gpu.flush(), budget_s=0.05, warmup_s=0.0)
     assert all(t == pytest.approx(10e-6) for t in times)
     assert 10 <= len(times) <= 200
-    # warm-up, shield calibration, at least two settle blocks of 10 and the 5-call estimate came first
-    assert gpu.calls >= len(times) + 3 + 2 + 20 + 5
+    # warm-up, shield calibration and the 5-call estimate came first (no settle blocks: spans need none)
+    assert gpu.calls >= len(times) + 3 + 2 + 5
+    assert times.marked >= len(times) + 5  # the estimate's calls are bracketed by markers too
 
 
 def test_a_call_slower_than_the_threshold_skips_calibration_and_settling(monkeypatch):
@@ -89,3 +90,44 @@ def test_a_slow_call_still_fills_the_budget_up_to_max_calls(monkeypatch):
                               min_calls=3, max_calls=5)
     assert len(times) == 5  # 0.2 s / ~0.021 s would be 9 calls: capped at max_calls
     assert gpu.calls == 6
+
+
+class CountingMarkers:
+    def __init__(self, gpu, log):
+        self.gpu, self.log = gpu, log
+
+    def start(self):
+        self.log.append("start")
+        self.gpu.advance(20e-6)
+
+    def end(self):
+        self.log.append("end")
+
+    def warm(self):
+        self.gpu.advance(20e-6)
+
+
+def test_every_marked_call_runs_on_a_set_no_earlier_call_touched_and_is_seen_after_its_end_marker(monkeypatch):
+    gpu = SimulatedGPU(monkeypatch)
+    drawn = [0]
+
+    def fresh():
+        drawn[0] += 1
+        return [{"set": (drawn[0], j)} for j in range(2)]
+
+    used, log = [], []
+
+    def call(**inputs):
+        used.append(inputs["set"])
+        log.append("call")
+        gpu.advance(10e-6)
+        return inputs["set"]
+
+    def after(inputs, out):
+        assert out == inputs["set"] and log[-2:] == ["call", "end"]
+        log.append("after")
+
+    times = timing.time_calls(call, fresh(), refresh=fresh, budget_s=0.01, warmup_s=0.0,
+                              markers=CountingMarkers(gpu, log), after_call=after)
+    assert len(used) == len(set(used))  # warm-up, calibration and timed calls: never the same set twice
+    assert log.count("start") == log.count("end") == log.count("after") == times.marked

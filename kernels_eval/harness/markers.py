@@ -1,0 +1,52 @@
+"""The evaluator's own kernels around each timed call: the L2 flush, which is also the call's start marker, and a
+one-thread end marker. Their names are spans.START_MARKER / END_MARKER; the kernel records between them in
+launch order are the call's (kernels_eval.harness.spans). Launched only on a GPU."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels_eval.harness import spans
+
+FLUSH_BLOCK = 8192
+
+
+@triton.jit
+def _hotshape_l2_flush(buf_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf_ptr + offs, tl.zeros([BLOCK], dtype=tl.int32), mask=offs < n)
+
+
+@triton.jit
+def _hotshape_call_end(flag_ptr):
+    tl.store(flag_ptr, tl.load(flag_ptr) + 1)
+
+
+assert _hotshape_l2_flush.__name__ == spans.START_MARKER and _hotshape_call_end.__name__ == spans.END_MARKER
+
+FILE = __file__
+
+
+class Markers:
+    """The flush buffer (int32 words over `flush_bytes`) and the end marker's one-word flag, on the GPU."""
+
+    def __init__(self, flush_bytes: int) -> None:
+        import torch
+
+        self.n = flush_bytes // 4
+        self.buf = torch.empty(self.n, dtype=torch.int32, device="cuda")
+        self.flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+        self.grid = (triton.cdiv(self.n, FLUSH_BLOCK),)
+
+    def start(self) -> None:
+        """Flush L2 (write the whole buffer) on the current stream: the call's start marker."""
+        _hotshape_l2_flush[self.grid](self.buf, self.n, BLOCK=FLUSH_BLOCK, num_warps=8)
+
+    def end(self) -> None:
+        """The call's end marker on the current stream."""
+        _hotshape_call_end[(1,)](self.flag, num_warps=1)
+
+    def warm(self) -> None:
+        """A flush without the marker's identity (warm-up calls are not timed)."""
+        self.buf.zero_()
