@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from ingest.discovery import discover
-
-# A worker process pays ~0.5 s of imports; below this much input one process finishes first.
-PARALLEL_MIN_BYTES = 20_000_000
-
-
-def default_jobs(paths: list[Path]) -> int:
-    """Worker processes for ingesting `paths`: every core (up to 2) once the input is large."""
-    size = sum(p.stat().st_size for p in paths if p.exists())
-    return min(2, os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1
-
 
 def _progress(items, total=None):
     total = len(items) if total is None else total
@@ -39,9 +28,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         return 2
     root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
     captures = [Path(c) for c in args.capture] if args.capture else None
-    jobs = args.jobs if args.jobs is not None else default_jobs(paths)
     summary = write_ingest(
-        paths, Path(args.out), root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=jobs
+        paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs
     )
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -66,11 +54,11 @@ def register(subparsers) -> None:
     """Add `ingest` to the hotshape command."""
     p = subparsers.add_parser("ingest", help="profiler traces -> kernel_events, traces, op_shape_time")
     p.add_argument("traces", nargs="+", help="trace files or directories of them")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="trace store: a directory or fsspec URL (traces already in it are not parsed again)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.add_argument("--report", action="store_true", help="print top operators, shapes and phases")
     p.add_argument("--capture", nargs="+", help="graph-capture traces explaining CUDA/HIP-graph replays")
     p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
-    p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: see default_jobs)")
+    p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: every core once the input is over 20 MB)")
     p.set_defaults(func=run_ingest)
 

@@ -91,20 +91,25 @@ def ingest_trace(
     display_path: str | None = None,
     captures: list[Path] | None = None,
     taxonomy=None,
+    capture_events: pl.DataFrame | None = None,
 ) -> TraceResult:
     """One trace file read, attributed and classified; raises TraceError for a bad file.
 
     Graph replays are explained by `captures` (graph-capture traces), by default the ones a
-    `capture_traces/execution_details.json` beside the trace names.
+    `capture_traces/execution_details.json` beside the trace names, or by `capture_events`
+    already read from them (the trace store parses each capture trace once). The summary also
+    holds file_gpu_ns / file_events: what the reader found in the file, before classification.
     """
     from ingest.classify import classify_events
     from ingest.graphs import capture_traces_for, read_captures
 
     events = read_events(path)
+    in_file = {"file_gpu_ns": int(events["dur_ns"].sum()), "file_events": events.height}
     with gc_paused():
-        capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
+        if capture_events is None:
+            capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
         events = classify_events(events, capture_events, taxonomy)
-    return TraceResult(events=events, summary=summarize(events, display_path or str(path)))
+    return TraceResult(events=events, summary=summarize(events, display_path or str(path)) | in_file)
 
 
 def ingest_many(

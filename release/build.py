@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path, PurePosixPath
 
+import msgspec
 import polars as pl
 import pyarrow as pa
 
@@ -27,43 +28,62 @@ class Mined:
     fleet: object
     traces: pl.DataFrame
     op_shape_time: pl.DataFrame
-    by_kernel: pl.DataFrame  # trace_id, operator, shape, op, kernel, gpu_ns: for provenance
+    by_kernel: pl.LazyFrame  # trace_id, operator, shape, op, kernel, gpu_ns: for provenance (read when needed)
     quarantined: list[dict]
     fleet_weights: pl.DataFrame
     selected: pl.DataFrame
     coverage: dict
+    left_out: list[dict] = field(default_factory=list)  # {path, trace_id, reason}: read, but kept out by a check
 
 
-def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None = None, policy=None) -> Mined:
-    """Ingest every trace the fleet claims, weight by card-hours and select the hot problems."""
-    from ingest.classify import op_shape_time
-    from ingest.pipeline import ingest_many, traces_frame
+def default_store(release: str | Path) -> Path:
+    """The trace store a release is built from unless one is named: `<release>.store` beside it."""
+    release = Path(release)
+    return release.with_name(f"{release.name}.store")
+
+
+def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None = None, policy=None, *,
+         store: str | Path, jobs: int | None = None) -> Mined:
+    """Put the traces the fleet claims into the trace store (only what it lacks), then mine the store."""
+    from ingest.store import TraceStore
     from weighting.fleet import load_fleet
-    from weighting.selection import select_hot
-    from weighting.weights import fleet_weights
 
     root = Path(traces_root)
     fleet = load_fleet(fleet_path, root, accelerators=set(hardware) if hardware else None)
-    ost_parts, kernel_parts = [], []
+    names = sorted(fleet.assignment())
+    ts = TraceStore(store)
+    report = ts.ingest([root / n for n in names], names, jobs=jobs)
+    return mine_store(ts, fleet, report.ids, policy, unreadable=report.unreadable)
 
-    def on_trace(result) -> None:
-        ev = result.events
-        if "operator" not in ev.columns:
-            raise ReleaseError(f"{result.summary['path']}: ingest gave no operator/shape/phase columns")
-        ost_parts.append(op_shape_time(ev))
-        kernel_parts.append(ev.group_by("trace_id", "operator", "shape", "op", "kernel")
-                            .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns")))
 
-    paths = [root / p for p in sorted(fleet.assignment())]
-    result = ingest_many(paths, root=root, on_trace=on_trace)
-    if not result.traces:
-        raise ReleaseError(f"{root}: none of the {len(paths)} traces claimed by {fleet_path} could be read")
-    traces = traces_frame(result.traces)
-    ost = pl.concat(ost_parts, how="vertical_relaxed")
+def mine_store(store, fleet, ids: dict[str, str], policy=None, *, unreadable=(), left_out=()) -> Mined:
+    """Weights and selection from the traces `ids` names (file name → trace_id) in a trace store.
+
+    Only summaries and op_shape_time are read; provenance rows stay a lazy scan of the store.
+    `left_out` ({path, trace_id, reason}) are read traces kept out, e.g. by a failed check.
+    """
+    from ingest.pipeline import traces_frame_from
+    from weighting.selection import select_hot
+    from weighting.weights import fleet_weights
+
+    out = {q["path"] for q in left_out}
+    rows, quarantined = [], list(unreadable)
+    for name in sorted(n for n in ids if n not in out):
+        summary = store.summary(ids[name])
+        if summary is None:
+            quarantined.append({"path": name, "reason": store.quarantine_reason(ids[name])})
+        else:
+            rows.append({"path": name, **msgspec.structs.asdict(summary)})
+    if not rows:
+        raise ReleaseError(f"{store.url}: none of the {len(ids) + len(unreadable)} traces claimed by "
+                           f"{fleet.source} could be read")
+    traces = traces_frame_from(rows)
+    trace_ids = traces["trace_id"].to_list()
+    ost = store.scan("op_shape_time", trace_ids).collect()
     fw = fleet_weights(ost, traces, fleet)
     selected, coverage = select_hot(fw, policy)
-    return Mined(fleet, traces, ost, pl.concat(kernel_parts, how="vertical_relaxed"), result.quarantined,
-                 fw, selected, coverage)
+    return Mined(fleet, traces, ost, store.scan("provenance", trace_ids), sorted(quarantined, key=lambda q: q["path"]),
+                 fw, selected, coverage, list(left_out))
 
 
 def problems_of(selected: pl.DataFrame, key: bytes) -> pl.DataFrame:
@@ -95,7 +115,8 @@ def provenance_of(problems: pl.DataFrame, mined: Mined) -> pl.DataFrame:
     path_of = dict(mined.traces.select("trace_id", "path").iter_rows())
     owner = mined.fleet.assignment()
     deps = {d.id: d for d in mined.fleet.deployments}
-    per = mined.by_kernel.join(problems.select("problem_id", "operator", "shape"), on=["operator", "shape"])
+    per = mined.by_kernel.lazy().join(problems.lazy().select("problem_id", "operator", "shape"),
+                                      on=["operator", "shape"]).collect()
     rows = []
     for (pid,), g in per.sort("trace_id", "op", "kernel").group_by("problem_id", maintain_order=True):
         t = g.group_by("trace_id").agg(pl.col("gpu_ns").sum()).sort("trace_id")
@@ -115,10 +136,15 @@ def provenance_of(problems: pl.DataFrame, mined: Mined) -> pl.DataFrame:
 
 def fleet_secrets(mined: Mined) -> list[str]:
     """Sealed strings of the whole fleet, selected or not: deployments, models, frameworks, traces."""
-    out = [s for d in mined.fleet.deployments for s in (d.id, d.model, d.framework)]
-    paths = mined.traces["path"].to_list() + [q["path"] for q in mined.quarantined]
-    out += mined.traces["trace_id"].to_list() + paths + [PurePosixPath(p).name for p in paths]
-    return out
+    return secrets_of(mined.fleet, mined.traces, mined.quarantined + mined.left_out)
+
+
+def secrets_of(fleet, traces: pl.DataFrame, unused: list[dict] = ()) -> list[str]:
+    """Deployments, models and frameworks of `fleet`, and the ids and file names of its traces, used or not."""
+    out = [s for d in fleet.deployments for s in (d.id, d.model, d.framework)]
+    paths = traces["path"].to_list() + [q["path"] for q in unused]
+    out += traces["trace_id"].to_list() + [q["trace_id"] for q in unused if q.get("trace_id")]
+    return out + paths + [PurePosixPath(p).name for p in paths]
 
 
 # ---- build and refresh ----------------------------------------------------------------------------
@@ -169,10 +195,16 @@ def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict,
 
 def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, name: str | None = None,
                   key: bytes | str | None = None, created: str | None = None, policy=None,
-                  hardware: dict | None = None, signing_key=None, wait_s: float = 0.0) -> dict:
-    """Build a new release at `out` from a trace root and fleet.yaml; a summary of what was written."""
+                  hardware: dict | None = None, signing_key=None, wait_s: float = 0.0,
+                  store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None) -> dict:
+    """Build a new release at `out` from a trace root and fleet.yaml; a summary of what was written.
+
+    Traces come from the trace store `store` (default: default_store(out)), which gains what it
+    lacks first; or, already mined from a store, from `mined` (the Dagster path).
+    """
     hardware = load_hardware_or_none() if hardware is None else hardware
-    mined = mine(traces, fleet, hardware, policy)
+    if mined is None:
+        mined = mine(traces, fleet, hardware, policy, store=store or default_store(out), jobs=jobs)
     key, key_source = ids.resolve_key(key, derive_from=(
         ids.canonical_json(sorted(mined.traces["trace_id"].to_list())).encode(), Path(fleet).read_bytes()))
     probs = problems_of(mined.selected, key)
@@ -228,7 +260,8 @@ def _merge_provenance(old: pl.DataFrame | None, new: pl.DataFrame) -> pl.DataFra
 
 
 def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None = None,
-                    policy=None, hardware: dict | None = None, signing_key=None, wait_s: float = 0.0) -> dict:
+                    policy=None, hardware: dict | None = None, signing_key=None, wait_s: float = 0.0,
+                    store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None) -> dict:
     """Add weights vN+1 to `release` from the current traces, under the release's lock (waiting up to `wait_s`).
 
     Read, mined and written under one lock: a second refresh started meanwhile builds on this one's
@@ -238,16 +271,17 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
 
     with release_lock(release, wait_s):
         return _refresh(release, traces, fleet, created=created, policy=policy, hardware=hardware,
-                        signing_key=signing_key)
+                        signing_key=signing_key, store=store, jobs=jobs, mined=mined)
 
 
 def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None, policy,
-             hardware: dict | None, signing_key) -> dict:
+             hardware: dict | None, signing_key, store=None, jobs=None, mined: Mined | None = None) -> dict:
     """Add weights vN+1 to `release` from the current traces, over the same problem ids.
 
     Problems no longer hot get weight 0; the rest are renormalised to sum to 1 (each phase column
     too). Hot shapes the release lacks become public/candidates/vN+1.parquet, and the drift
-    against vN is written to public/drift/vN+1.json.
+    against vN is written to public/drift/vN+1.json. Traces come from the trace store as in
+    build_release (default: default_store(release)): only profiles the store lacks are parsed.
     """
     from weighting.drift import compare
 
@@ -257,7 +291,8 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
                            f"v{rel.versions[-1] + 1} (a refresh never drops a signature)")
     key, _ = ids.resolve_key(release=rel.root)  # the version just verified, not whatever the path holds now
     hardware = load_hardware_or_none() if hardware is None else hardware
-    mined = mine(traces, fleet, hardware, policy)
+    if mined is None:
+        mined = mine(traces, fleet, hardware, policy, store=store or default_store(release), jobs=jobs)
     new = problems_of(mined.selected, key)
     ids_now = set(rel.manifest["problem_id"].to_list())
     kept = new.filter(pl.col("problem_id").is_in(ids_now))

@@ -38,7 +38,8 @@ def run_build(args: argparse.Namespace) -> int:
 
     def go():
         s = build_release(args.traces, args.fleet, args.out, name=args.name, created=args.created,
-                          policy=_policy(args.policy), signing_key=args.signing_key, wait_s=args.wait_s)
+                          policy=_policy(args.policy), signing_key=args.signing_key, wait_s=args.wait_s,
+                          store=args.store, jobs=args.jobs)
         return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} operators, "
                        f"coverage {s['coverage'].get('coverage_of_fleet', 0):.1%}, leak check passed")
 
@@ -51,7 +52,7 @@ def run_refresh(args: argparse.Namespace) -> int:
 
     def go():
         s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy),
-                            signing_key=args.signing_key, wait_s=args.wait_s)
+                            signing_key=args.signing_key, wait_s=args.wait_s, store=args.store, jobs=args.jobs)
         return _report(args, s, f"{s['release']}: weights v{s['version']} ({s['dropped']} problems "
                        f"dropped to 0, {s['candidates']} candidates), total variation vs "
                        f"v{s['version'] - 1} {s['drift']['total_variation']:.4f}")
@@ -118,6 +119,12 @@ def run_export(args: argparse.Namespace) -> int:
     return _run("export-atrex", go)
 
 
+def _store_arguments(p) -> None:
+    p.add_argument("--store", help="trace store to read and extend (a directory or fsspec URL, e.g. the --out of "
+                   "`hotshape ingest`; default: RELEASE.store beside the release)")
+    p.add_argument("--jobs", type=int, help="traces parsed at once (default: every core once the input is over 20 MB)")
+
+
 def _version(text: str) -> int:
     return int(text.lstrip("v"))
 
@@ -139,6 +146,7 @@ def register(subparsers) -> None:
     p.add_argument("--policy", help="selection policy YAML (default: weighting's policy.yaml)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     _writer_options(p)
+    _store_arguments(p)
     p.set_defaults(func=run_build)
 
     p = subparsers.add_parser("refresh", help="add weights vN+1 to a release from the current traces")
@@ -149,6 +157,7 @@ def register(subparsers) -> None:
     p.add_argument("--policy", help="selection policy YAML")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     _writer_options(p)
+    _store_arguments(p)
     p.set_defaults(func=run_refresh)
 
     p = subparsers.add_parser("verify", help="check a release's digest, every file and its Ed25519 signature")

@@ -1,14 +1,12 @@
 """Release assets: the release bundle (built, then refreshed to weights vN+1), its drift, and its checks."""
 
-from types import SimpleNamespace
-
 import dagster as dg
 import polars as pl
 
 from pipelines.defs.metadata import markdown_table, png_markdown, svg_markdown
 from pipelines.defs.weighting import fleet_weights, ingested_traces, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
-from release.build import build_release, fleet_secrets, refresh_release
+from release.build import build_release, refresh_release, secrets_of
 from release.bundle import read_release
 from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
 from release.schema import PHASES
@@ -67,7 +65,7 @@ def _sealed(store: HotshapeStore, rel) -> set[str]:
     """Every sealed string of the release's lineage: provenance, deployments, models, frameworks, traces."""
     fleet = load_fleet(store.fleet, store.trace_root)
     traces, _, _ = ingested_traces(store, fleet)
-    return sealed_strings(rel.sealed("provenance"), fleet_secrets(SimpleNamespace(fleet=fleet, traces=traces, quarantined=[])))
+    return sealed_strings(rel.sealed("provenance"), secrets_of(fleet, traces))
 
 
 # The checks read the files as they are on disk (verify=False): they judge content, and a file edited

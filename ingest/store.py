@@ -1,0 +1,333 @@
+"""The trace store: every trace parsed once, kept by content address, read back lazily.
+
+The one module that knows the layout. Under the store root (a local directory or an fsspec URL):
+
+```
+kernel_events/<trace_id>.parquet   classified kernel_events (ingest.schema.CLASSIFIED_EVENTS)
+op_shape_time/<trace_id>.parquet   op_shape_time rows of the trace
+provenance/<trace_id>.parquet      per (operator, shape, op, kernel): gpu_ns (raw names, for sealed provenance)
+summaries/<trace_id>.json          TraceSummary; written last: a trace is in the store iff this exists
+quarantine/<trace_id>.json         why the trace could not be read
+captures/<sha16>.parquet           parsed graph-capture trace (ingest.graphs.read_capture), by its bytes' hash
+paths/<sha16 of name, trace_id>.json  one file name seen with the trace_id of its bytes at the time
+traces.parquet, op_shape_time.parquet, quarantined.json   views over the whole store (`hotshape ingest`)
+```
+
+trace_id is ingest.tracefile.trace_id_of (sha256 of the file's bytes), so the same bytes under two
+names are one trace with two `paths/` entries. Every file is written under a temporary name and
+renamed; a trace's summary is renamed last, so a killed ingest leaves at most complete files of a
+trace without a summary, which the store does not count as present and the next ingest rewrites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import polars as pl
+
+from ingest.tracefile import TraceError, trace_id_of
+
+TABLES = ("kernel_events", "op_shape_time", "provenance")
+# A worker process pays ~0.5 s of imports; below this much input one process finishes first.
+PARALLEL_MIN_BYTES = 20_000_000
+
+
+class TraceSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """Totals of one stored trace: all GPU time, what was attributed, and what the reader found in the file."""
+
+    trace_id: str
+    gpu_ns: int  # Σ dur_ns of the written kernel_events (T_p)
+    attributed_ns: int
+    unattributed_ns: int
+    kernels: int
+    events: int
+    file_gpu_ns: int  # Σ dur_ns of the GPU activities the reader found in the file, before classification
+    file_events: int
+    by_operator: dict[str, int] = {}
+    by_phase: dict[str, int] = {}
+    by_attribution: dict[str, int] = {}
+
+
+@dataclass
+class IngestReport:
+    """What one ingest into the store did: the counters say what was parsed and what was reused."""
+
+    ids: dict[str, str] = field(default_factory=dict)  # name → trace_id, for every readable file named
+    parsed: list[str] = field(default_factory=list)  # trace_ids parsed by this run
+    reused: list[str] = field(default_factory=list)  # trace_ids already in the store
+    captures_parsed: list[str] = field(default_factory=list)  # capture hashes parsed by this run
+    captures_reused: list[str] = field(default_factory=list)
+    unreadable: list[dict] = field(default_factory=list)  # {path, reason} of files with no bytes to address
+
+
+def _hash(path: Path) -> str | TraceError:
+    try:
+        return trace_id_of(Path(path).read_bytes())
+    except OSError as exc:
+        return TraceError(path, f"cannot read ({exc.strerror})")
+
+
+def _breakdown(events: pl.DataFrame, column: str) -> dict[str, int]:
+    if column not in events.columns:
+        return {}
+    rows = events.group_by(column).agg(pl.col("dur_ns").sum()).sort(column).rows()
+    return {str(key): int(ns) for key, ns in rows}
+
+
+def provenance_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """GPU time per trace × operator × shape × raw op × raw kernel (what sealed provenance needs)."""
+    return (events.group_by("trace_id", "operator", "shape", "op", "kernel")
+            .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns"))
+            .sort("operator", "shape", "op", "kernel", nulls_last=True))
+
+
+class TraceStore:
+    """A trace store at a local directory or fsspec URL (see the module docstring for its layout)."""
+
+    def __init__(self, url: str | Path):
+        import fsspec
+
+        self.url = str(url)
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        self._captures: dict[tuple, pl.DataFrame | None] = {}
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def file(self, table: str, trace_id: str) -> str:
+        """Where `table` (kernel_events, op_shape_time, provenance) of one trace lives."""
+        return f"{self.root}/{table}/{trace_id}.parquet"
+
+    def _summary_file(self, trace_id: str) -> str:
+        return f"{self.root}/summaries/{trace_id}.json"
+
+    def _quarantine_file(self, trace_id: str) -> str:
+        return f"{self.root}/quarantine/{trace_id}.json"
+
+    def _capture_file(self, digest: str) -> str:
+        return f"{self.root}/captures/{digest}.parquet"
+
+    def _write(self, path: str, data: bytes) -> None:
+        """`data` at `path` through a temporary name beside it, so nobody sees half a file."""
+        folder, name = path.rsplit("/", 1)
+        tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
+        self.fs.makedirs(folder, exist_ok=True)
+        self.fs.pipe_file(tmp, data)
+        if self.local:
+            os.replace(tmp, path)
+        else:
+            self.fs.mv(tmp, path)
+
+    @staticmethod
+    def _parquet(frame: pl.DataFrame) -> bytes:
+        buf = io.BytesIO()
+        frame.write_parquet(buf, compression="zstd", statistics=False)
+        return buf.getvalue()
+
+    # ---- what is stored -------------------------------------------------------------------------
+    def has(self, trace_id: str) -> bool:
+        """Whether the trace is in the store, read or quarantined."""
+        return self.fs.exists(self._summary_file(trace_id)) or self.fs.exists(self._quarantine_file(trace_id))
+
+    def summary(self, trace_id: str) -> TraceSummary | None:
+        """The stored summary of a trace, or None when it is not (or only quarantined) in the store."""
+        try:
+            return msgspec.json.decode(self.fs.cat_file(self._summary_file(trace_id)), type=TraceSummary)
+        except FileNotFoundError:
+            return None
+
+    def quarantine_reason(self, trace_id: str) -> str | None:
+        """Why a quarantined trace could not be read, or None."""
+        try:
+            return json.loads(self.fs.cat_file(self._quarantine_file(trace_id)))["reason"]
+        except FileNotFoundError:
+            return None
+
+    def _listed(self, folder: str, suffix: str) -> list[str]:
+        try:
+            names = self.fs.ls(f"{self.root}/{folder}", detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(n.rsplit("/", 1)[-1][: -len(suffix)] for n in names
+                      if n.endswith(suffix) and not n.rsplit("/", 1)[-1].startswith("."))
+
+    def trace_ids(self) -> list[str]:
+        """Every trace read into the store (quarantined ones left out), sorted."""
+        return self._listed("summaries", ".json")
+
+    def paths(self) -> pl.DataFrame:
+        """The path index: every file name seen, with the trace_id of its bytes (path, trace_id), sorted."""
+        rows = [json.loads(self.fs.cat_file(f"{self.root}/paths/{k}.json")) for k in self._listed("paths", ".json")]
+        return pl.DataFrame(rows, schema={"path": pl.String, "trace_id": pl.String}).sort("path", "trace_id")
+
+    def scan(self, table: str, trace_ids: Iterable[str]) -> pl.LazyFrame:
+        """`table` of the traces named, in that order, as a lazy frame (nothing is read until collected)."""
+        files = [self.file(table, t) for t in dict.fromkeys(trace_ids)]
+        if not files:
+            from ingest.schema import OP_SHAPE_TIME
+
+            empty = pl.from_arrow(OP_SHAPE_TIME.empty_table()) if table == "op_shape_time" else pl.DataFrame()
+            return empty.lazy()
+        if self.local:
+            return pl.scan_parquet(files)
+        return pl.concat([pl.read_parquet(io.BytesIO(self.fs.cat_file(f))) for f in files], how="vertical_relaxed").lazy()
+
+    # ---- writing --------------------------------------------------------------------------------
+    def put(self, result) -> TraceSummary:
+        """Store one ingested trace (an ingest.pipeline.TraceResult): its tables first, its summary last."""
+        from ingest.classify import op_shape_time
+
+        events, s = result.events, result.summary
+        summary = TraceSummary(
+            trace_id=s["trace_id"], gpu_ns=s["gpu_ns"], attributed_ns=s["attributed_ns"],
+            unattributed_ns=s["unattributed_ns"], kernels=s["kernels"], events=s["events"],
+            file_gpu_ns=s.get("file_gpu_ns", s["gpu_ns"]), file_events=s.get("file_events", s["events"]),
+            by_operator=_breakdown(events, "operator"), by_phase=_breakdown(events, "phase"),
+            by_attribution=_breakdown(events, "attribution"))
+        tid = summary.trace_id
+        self._write(self.file("kernel_events", tid), self._parquet(events))
+        self._write(self.file("op_shape_time", tid), self._parquet(op_shape_time(events)))
+        self._write(self.file("provenance", tid), self._parquet(provenance_rows(events)))
+        self._write(self._summary_file(tid), msgspec.json.encode(summary))
+        return summary
+
+    def quarantine(self, trace_id: str, reason: str) -> None:
+        """Record that a trace cannot be read, and why; it is not parsed again."""
+        self._write(self._quarantine_file(trace_id), json.dumps({"trace_id": trace_id, "reason": reason}).encode())
+
+    def record_name(self, name: str, trace_id: str) -> None:
+        """Add `name` → `trace_id` to the path index (idempotent)."""
+        key = hashlib.sha256(f"{name}\n{trace_id}".encode()).hexdigest()[:16]
+        path = f"{self.root}/paths/{key}.json"
+        if not self.fs.exists(path):
+            self._write(path, json.dumps({"path": name, "trace_id": trace_id}).encode())
+
+    # ---- graph-capture traces -------------------------------------------------------------------
+    def captures_for(self, digests: tuple[str, ...]) -> pl.DataFrame | None:
+        """The parsed capture traces with these hashes, concatenated in order (None when there are none)."""
+        if digests not in self._captures:
+            frames = [pl.read_parquet(io.BytesIO(self.fs.cat_file(self._capture_file(d)))) for d in digests]
+            self._captures[digests] = pl.concat(frames) if frames else None
+        return self._captures[digests]
+
+    def _ensure_captures(self, files: list[Path], report: IngestReport) -> tuple[str, ...]:
+        """Hashes of `files`, each parsed into the store unless it is there already; raises TraceError."""
+        from ingest.graphs import read_capture
+
+        digests = []
+        for f in files:
+            digest = trace_id_of(Path(f).read_bytes())
+            if digest not in report.captures_parsed and digest not in report.captures_reused:
+                if self.fs.exists(self._capture_file(digest)):
+                    report.captures_reused.append(digest)
+                else:
+                    self._write(self._capture_file(digest), self._parquet(read_capture(f)))
+                    report.captures_parsed.append(digest)
+            digests.append(digest)
+        return tuple(digests)
+
+    # ---- ingesting ------------------------------------------------------------------------------
+    def ingest(self, paths: list[str | Path], names: list[str] | None = None, *, jobs: int | None = None,
+               captures: list[Path] | None = None, taxonomy=None,
+               progress: Callable[..., Iterable] | None = None) -> IngestReport:
+        """Put every trace of `paths` the store lacks into it, `jobs` at a time; what was parsed and reused.
+
+        `names` (default: the paths as given) are the names recorded in the path index. Workers
+        write the store themselves and return only their trace_id, so memory grows with `jobs`,
+        not with the number of traces. Graph-capture traces (`captures`, else the ones a
+        capture_traces/execution_details.json beside each trace names) are parsed once per store.
+        """
+        from ingest.graphs import capture_traces_for
+
+        paths = [Path(p) for p in paths]
+        names = [str(p) for p in paths] if names is None else list(names)
+        report = IngestReport()
+        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+            hashes = list(pool.map(_hash, paths))  # sha256 releases the GIL
+        pending: dict[str, tuple] = {}
+        for path, name, tid in zip(paths, names, hashes):
+            if isinstance(tid, TraceError):
+                report.unreadable.append({"path": name, "reason": tid.problem})
+                continue
+            report.ids[name] = tid
+            self.record_name(name, tid)
+            if tid in pending or tid in report.reused:
+                continue
+            if self.has(tid):
+                report.reused.append(tid)
+                continue
+            try:
+                digests = self._ensure_captures(captures if captures is not None else capture_traces_for(path), report)
+            except TraceError as exc:
+                self.quarantine(tid, exc.problem)
+                report.parsed.append(tid)
+                continue
+            pending[tid] = (self.url, str(path), name, digests, taxonomy)
+        tasks = sorted(pending.values(), key=lambda t: -Path(t[1]).stat().st_size)  # longest first
+        jobs = self.default_jobs(tasks) if jobs is None else jobs
+        if jobs > 1 and len(tasks) > 1 and self.local:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                done = pool.map(_ingest_one, tasks)
+                report.parsed += list(progress(done, total=len(tasks)) if progress else done)
+        else:
+            for task in progress(tasks) if progress else tasks:
+                report.parsed.append(_ingest_one(task, self))
+        return report
+
+    @staticmethod
+    def default_jobs(tasks: list[tuple]) -> int:
+        """Worker processes: every core once the input is large enough to repay their start."""
+        size = sum(Path(t[1]).stat().st_size for t in tasks)
+        return (os.cpu_count() or 1) if size >= PARALLEL_MIN_BYTES else 1
+
+    # ---- views ----------------------------------------------------------------------------------
+    def quarantined(self) -> list[dict]:
+        """{path, reason} of every quarantined trace, under each name it was seen by, sorted by path."""
+        bad = set(self._listed("quarantine", ".json"))
+        return [{"path": p, "reason": self.quarantine_reason(t)} for p, t in self.paths().iter_rows() if t in bad]
+
+    def write_views(self, extra_quarantined: list[dict] = ()) -> dict:
+        """traces.parquet (one row per trace, under its first name), op_shape_time.parquet, quarantined.json."""
+        from ingest.pipeline import traces_frame_from
+
+        first = self.paths().unique("trace_id", keep="first", maintain_order=True)
+        stored = set(self.trace_ids())
+        traces = []
+        for name, tid in first.iter_rows():
+            if tid in stored:
+                s = msgspec.structs.asdict(self.summary(tid))
+                traces.append({"trace_id": tid, "path": name, **{k: v for k, v in s.items() if k != "trace_id"}})
+        quarantined = sorted(self.quarantined() + list(extra_quarantined), key=lambda q: q["path"])
+        self._write(f"{self.root}/traces.parquet", self._parquet(traces_frame_from(traces)))
+        ost = self.scan("op_shape_time", [t["trace_id"] for t in traces]).collect()
+        self._write(f"{self.root}/op_shape_time.parquet", self._parquet(ost))
+        self._write(f"{self.root}/quarantined.json", (json.dumps(quarantined, indent=2) + "\n").encode())
+        return {"traces": traces, "quarantined": quarantined}
+
+
+_OPEN: dict[str, TraceStore] = {}
+
+
+def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
+    """Parse one trace into the store (in a worker process, or in-process with `store`); its trace_id."""
+    from ingest.pipeline import ingest_trace
+
+    url, path, name, digests, taxonomy = task
+    store = store or _OPEN.setdefault(url, TraceStore(url))
+    capture_events = store.captures_for(digests)
+    try:
+        result = ingest_trace(path, name, captures=[], taxonomy=taxonomy, capture_events=capture_events)
+    except TraceError as exc:
+        tid = trace_id_of(Path(path).read_bytes())
+        store.quarantine(tid, exc.problem)
+        return tid
+    return store.put(result).trace_id
