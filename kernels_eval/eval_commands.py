@@ -103,6 +103,7 @@ def run_eval(args: argparse.Namespace) -> int:
                         max_processes=args.max_processes, keep_logs=Path(args.logs) if args.logs else None)
     if args.timing_budget_s is not None:
         config.timing_budget_s = args.timing_budget_s
+    config.time_reference = args.time_reference
 
     def progress(problem, verdict):
         if not args.json:
@@ -213,6 +214,8 @@ def register(subparsers) -> None:
     e.add_argument("--no-sandbox", action="store_true",
                    help="run candidates without bubblewrap (results are marked unsandboxed)")
     e.add_argument("--timing-budget-s", type=float, default=None, help="timed seconds per problem")
+    e.add_argument("--time-reference", action="store_true",
+                   help="also time the PyTorch reference (t_reference_s, speedup); scores use the roofline")
     e.add_argument("--logs", help="keep each worker's output in this directory")
     e.add_argument("--resume", action="store_true",
                    help="continue the cut run of this submission into --out (problems already judged are kept)")

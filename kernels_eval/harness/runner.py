@@ -46,10 +46,12 @@ class EvalConfig:
     sandbox: bool = True  # workers run in the bubblewrap sandbox (harness/sandbox.py)
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     gpu_memory_fraction: float = 0.45
-    profile_calls: int = 3
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
-    sidestream_tolerance: float = 1.1  # profiled kernel time may exceed event time by this factor (+5 µs)
+    timed_samples: int = 4  # outputs of timed calls kept (chosen after each call) and judged
+    sample_gb: float = 1.0  # device memory the kept outputs may take; fewer are kept beyond it
+    time_reference: bool = False  # also time the PyTorch reference (t_reference_s, speedup); scores use
+    # the roofline, and timing the reference cost a full timing per problem
     run: int = 0
     hardware: str | None = None
     keep_logs: Path | None = None
@@ -218,7 +220,8 @@ class OperatorJudge:
         """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator."""
         v = {"stage": "compile", "compiled": False, "correct": False, "native": False, "native_fraction": None,
              "fallbacks": [], "error": None, "max_abs_err": None, "t_measured_s": None, "t_p10_s": None,
-             "t_p90_s": None, "n_timed": None, "t_reference_s": None}
+             "t_p90_s": None, "n_timed": None, "t_reference_s": None, "t_event_s": None}
+        checked_us: dict[str, float] = {}  # GPU: kernel time by name over the checked calls after each shape's first
         launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
         gpu = self.config.device == "cuda"
         self.spent = {}
@@ -240,6 +243,9 @@ class OperatorJudge:
                         return self._fail(v, stage, f"call failed: {reply.get('error')}")
                     v["compiled"] = True
                     launches += reply.get("launches", [])
+                    if gpu and k:  # a shape's first call compiles and autotunes (its benchmark flushes are aten)
+                        for name, us in _kernel_us(reply.get("records")).items():
+                            checked_us[name] = checked_us.get(name, 0.0) + us
                     for op, n in reply.get("aten_ops", {}).items():
                         aten_ops[op] = aten_ops.get(op, 0) + int(n)
                     max_err = max(max_err, err)
@@ -252,22 +258,13 @@ class OperatorJudge:
         v["max_abs_err"] = max_err
         v["correct"] = not errors
         if gpu and not any(x.get("owned") for x in launches):
-            prof = None  # nothing of the submission ran: not native whatever the profile shows
-            verdict = adoption.gpu_adoption({}, launches, aten_ops)
-        elif gpu:
-            init_kwargs, input_kwargs = shapes[-1]
-            try:
-                self._ensure_init(init_kwargs)
-                prof = self._request({"cmd": "profile", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
-                                      "calls": self.config.profile_calls})
-            except WorkerDied as exc:
-                return self._fail(v, "adoption", str(exc), errors)
-            if not prof.get("ok"):
-                return self._fail(v, "adoption", f"profiling failed: {prof.get('error')}", errors)
-            verdict = adoption.gpu_adoption(prof["kernel_us"], launches + prof.get("launches", []), aten_ops,
+            verdict = adoption.gpu_adoption({}, launches, aten_ops)  # nothing of the submission ran
+        elif gpu and checked_us:
+            verdict = adoption.gpu_adoption(checked_us, launches, aten_ops,
                                             host_reads_exempt=self.spec.data_dependent_size)
+        elif gpu:  # one call per shape: the timed calls' records alone decide
+            verdict = {"native": True, "native_fraction": None, "fallbacks": [], "reason": None}
         else:
-            prof = None
             verdict = adoption.cpu_adoption(launches, aten_ops)
         if ghost_passed and verdict["native"]:
             verdict.update(native=False, reason="outputs stay correct with the submission's @triton.jit kernels "
@@ -280,59 +277,118 @@ class OperatorJudge:
         if not gpu:
             v["stage"] = "done"
             return v
-        return self._performance(v, model, shapes[-1], prof)
+        return self._performance(v, model, shapes[-1], launches)
 
-    def _performance(self, v: dict, model, shape: tuple[dict, dict], prof: dict) -> dict:
-        import statistics
-
+    def _performance(self, v: dict, model, shape: tuple[dict, dict], launches: list[dict]) -> dict:
+        """Times the candidate; the kernel span of each timed call is its time, the timed calls' kernels must be
+        the submission's own, and the outputs of a few timed calls (chosen after each call) must be right."""
+        from kernels_eval.harness import spans
         from kernels_eval.harness.timing import quantiles
 
         init_kwargs, input_kwargs = shape
-        kernel_s = sum(prof["kernel_us"].values()) / 1e6
-        event_s = statistics.median(prof["event_s"])
-        if kernel_s > self.config.sidestream_tolerance * event_s + 5e-6:
-            return self._fail(v, "performance", _outside_stream(kernel_s, event_s))
         try:
             self._ensure_init(init_kwargs)
             timed = self._request({"cmd": "time", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
                                    "budget_s": self.config.timing_budget_s,
-                                   "max_calls": self.config.timing_max_calls})
+                                   "max_calls": self.config.timing_max_calls, "samples": self.config.timed_samples,
+                                   "sample_bytes": int(self.config.sample_gb * 2**30)})
             if not timed.get("ok"):
                 return self._fail(v, "performance", f"timing failed: {timed.get('error')}")
-            reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, reuse_buffers=True)
+            began = time.monotonic()
+            try:
+                windows, outside, pairs = spans.attribute(timed["records"], int(timed["marked"]))
+                span_ns = spans.call_spans(windows, pairs)
+            except spans.SpanError as exc:
+                return self._fail(v, "performance", f"timing refused: {exc}")
+            every = launches + list(timed.get("launches") or [])
+            deferred = spans.outside_owned(outside, adoption.owned_names(every))
+            windowed = adoption.gpu_adoption(spans.time_by_name(windows), every, {},
+                                             host_reads_exempt=self.spec.data_dependent_size)
+            self._clock("spans", began)
+            v.update(native=windowed["native"], native_fraction=windowed["native_fraction"],
+                     fallbacks=windowed["fallbacks"])
+            if deferred:
+                v["native"] = False
+                return self._fail(v, "adoption", "timed calls: the submission's kernels ran between timed calls, "
+                                                 f"after a call had returned ({', '.join(deferred)})")
+            if not windowed["native"]:
+                return self._fail(v, "adoption", f"timed calls: {windowed['reason']}")
+            wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
         except WorkerDied as exc:
             return self._fail(v, "performance", str(exc))
-        if not reply.get("ok") or failures:
+        if wrong:
             v["correct"] = False
-            return self._fail(v, "performance", "wrong after timing, on fresh inputs in the timed buffers: "
-                                                + "; ".join(failures[:3] or [str(reply.get('error'))]))
-        times = [float(t) for t in timed["times_s"]]
-        if sum(times) > float(timed.get("host_s", 0)) * 1.05 + 1e-3 or min(times, default=0) <= 0:
+            return self._fail(v, "performance", f"a timed call's output was wrong: {wrong}")
+        events = [float(t) for t in timed["times_s"]]
+        if sum(events) > float(timed.get("host_s", 0)) * 1.05 + 1e-3 or min(events, default=0) <= 0:
             return self._fail(v, "performance", "timed calls do not fit in the wall-clock time of the timing run")
-        q = quantiles(times)
-        # The timed calls run with an L2 flush queued ahead of each start event, so the GPU is busy
-        # and the events bracket GPU time, not host launch time: kernels on the calling stream fill
-        # that interval, work pushed to another stream does not.
-        if kernel_s > self.config.sidestream_tolerance * q["median"] + 5e-6:
-            return self._fail(v, "performance", _outside_stream(kernel_s, q["median"]))
-        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(times),
-                 sm_clock_mhz=timed.get("sm_clock_mhz"))
-        v["t_reference_s"] = self._reference_time(model, input_kwargs)
+        q_event = quantiles(events)
+        # An operator whose output lengths depend on the data (spec.data_dependent_size) reads a length back to
+        # the host mid-call; the GPU then waits for the host to launch the rest, a cost that production pays
+        # too and that the kernel span would only partly show: it keeps the events' figure.
+        reported = [ns / 1e9 for ns in span_ns[len(span_ns) - len(events):]]
+        q = q_event if self.spec.data_dependent_size else quantiles(reported)
+        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(events),
+                 t_event_s=q_event["median"], sm_clock_mhz=timed.get("sm_clock_mhz"),
+                 timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"))
+        if self.config.time_reference:
+            v["t_reference_s"] = self._reference_time(model, input_kwargs)
         v["stage"] = "done"
         return v
 
-    def _reference_time(self, model, input_kwargs: dict) -> float | None:
+    def _judge_samples(self, model, input_kwargs: dict, samples: list[dict]) -> str | None:
+        """The first failure among kept outputs of timed calls, each judged against the reference on the seed of
+        the input set it ran on (the correctness stage's tolerances; NaN from filled memory fails), or None."""
         import torch
 
-        from kernels_eval.harness.timing import quantiles, time_calls
+        for sample in samples:
+            began = time.monotonic()
+            got = self._import(sample.get("outputs"))
+            self._clock("import", began)
+            began = time.monotonic()
+            before = self._reference_inputs(input_kwargs, int(sample["seed"]))
+            with torch.no_grad():
+                expected = named_outputs(model(**before), self.spec.outputs)
+                tie_scores = getattr(self.reference, "tie_scores", None)
+                ties = tie_scores(model, before) if tie_scores is not None else None
+            self._clock("reference", began)
+            began = time.monotonic()
+            failures, _ = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
+            del got, before, expected, ties
+            self._clock("compare", began)
+            if failures:
+                return f"timed call {sample.get('call')}: " + "; ".join(failures[:3])
+        if samples:
+            torch.cuda.empty_cache()
+        return None
 
+    def _reference_time(self, model, input_kwargs: dict) -> float | None:
+        """Median kernel span of the PyTorch reference, timed as the candidate is (EvalConfig.time_reference)."""
+        import torch
+
+        from kernels_eval.harness import spans
+        from kernels_eval.harness.markers import Markers
+        from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, quantiles, time_calls
+
+        began = time.monotonic()
         sets = [self._reference_inputs(input_kwargs, secrets.randbits(62)) for _ in range(2)]
-        with torch.no_grad():
-            times = time_calls(model, sets, budget_s=self.config.timing_budget_s,
+        markers = Markers(L2_FLUSH_BYTES)
+        markers.start()
+        markers.end()
+        torch.cuda.synchronize()
+        with torch.no_grad(), gpu_profiler() as prof:
+            times = time_calls(model, sets, budget_s=self.config.timing_budget_s, markers=markers,
                                max_calls=self.config.timing_max_calls, min_calls=3)  # a slow one: 3 calls
-        del sets
+        del sets, markers
         torch.cuda.empty_cache()
-        return quantiles(times)["median"]
+        try:
+            windows, _, pairs = spans.attribute(kineto_records(prof), times.marked)
+            measured = spans.call_spans(windows, pairs)[times.marked - len(times):]
+            t = quantiles([ns / 1e9 for ns in measured])["median"]
+        except spans.SpanError:
+            t = quantiles(list(times))["median"]  # a reference that syncs mid-call: its events' figure
+        self._clock("reference_timing", began)
+        return t
 
     @staticmethod
     def _fail(v: dict, stage: str, error: str, errors: list[str] | None = None) -> dict:
@@ -343,9 +399,13 @@ class OperatorJudge:
         return v
 
 
-def _outside_stream(kernel_s: float, event_s: float) -> str:
-    return (f"kernels ran {kernel_s * 1e6:.1f} µs per call on all streams but CUDA events on the calling stream "
-            f"saw {event_s * 1e6:.1f} µs (work outside the timed stream)")
+def _kernel_us(records: dict | None) -> dict[str, float]:
+    """Microseconds per GPU record name in a worker's records table (timing.kineto_records)."""
+    from kernels_eval.harness import spans
+
+    if not records:
+        return {}
+    return spans.time_by_name([spans.records_from_rows(records)])
 
 
 def _shape_text(kwargs: dict) -> str:

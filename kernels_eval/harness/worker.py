@@ -32,6 +32,8 @@ GUARDED = (
     "triton.runtime.autotuner.Autotuner.run", "triton.testing.do_bench",
     "kernels_eval.harness.channel.send", "kernels_eval.harness.channel.export_tensor",
     "kernels_eval.harness.timing.time_calls",
+    "kernels_eval.harness.timing.kineto_records", "kernels_eval.harness.timing.gpu_profiler",
+    "kernels_eval.harness.markers.Markers.start", "kernels_eval.harness.markers.Markers.end",
 )
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
 
@@ -163,6 +165,7 @@ class Worker:
             self.reference = load_reference(msg["operator"])
             import triton  # noqa: F401  (decorators read TRITON_INTERPRET at import of the candidate)
             import kernels_eval.harness.timing  # noqa: F401  (guarded)
+            import kernels_eval.harness.markers  # noqa: F401  (guarded)
 
             if os.environ.get("TRITON_INTERPRET") == "1":
                 from kernels_eval.harness.interpreter import patch_interpreter
@@ -187,6 +190,8 @@ class Worker:
 
     def call(self, msg: dict) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
+        if self.device == "cuda":
+            return self.call_gpu(msg)
         torch = self.torch
         began = time.perf_counter()
         self.kept = []
@@ -232,68 +237,134 @@ class Worker:
         self.kept = list(outputs.values())
         return reply
 
-    def profile(self, msg: dict) -> dict:
-        """GPU kernel time per name over a few profiled calls (all streams), and the CUDA-event time of each."""
+    def call_gpu(self, msg: dict) -> dict:
+        """`call` on a GPU. No dispatch mode (a candidate could tell a checked call from a timed one by it): the
+        call runs under the profiler that timed calls run under, and its GPU records go to the parent, where the
+        kernels' names decide adoption. Free cached blocks are filled with 0xFF bytes first (NaN in every
+        float dtype), in place of poisoning fresh allocations, exactly as before timed calls."""
         torch = self.torch
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
+        from kernels_eval.harness.timing import gpu_profiler, kineto_records
 
+        began = time.perf_counter()
+        self.kept, self.inputs = [], None
+        torch.cuda.ipc_collect()
         inputs = self._make_inputs(msg["input_kwargs"], msg["seed"])
-        calls = int(msg.get("calls", 3))
-        with torch.no_grad():
-            self.model(**inputs)
         torch.cuda.synchronize()
-        event_s = []
-        self.log.active = True
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                self.model(**inputs)
-                end.record()
+        took = {"inputs": time.perf_counter() - began}
+        began = time.perf_counter()
+        filled = fill_free_blocks(torch)
+        threads_before = set(threading.enumerate())
+        self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
+        try:
+            with torch.no_grad(), gpu_profiler() as prof:
+                out = self.model(**inputs)
                 torch.cuda.synchronize()
-                event_s.append(start.elapsed_time(end) / 1e3)
-        self.log.active = False
-        kernel_us: dict[str, float] = {}
-        for evt in prof.events():
-            if evt.device_type == DeviceType.CUDA and not getattr(evt, "is_user_annotation", False):
-                kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + float(evt.time_range.elapsed_us())
-        self._check_tamper("profiling")
-        return {"ok": True, "kernel_us": {k: v / calls for k, v in kernel_us.items()},
-                "event_s": event_s, "launches": self.log.take()}
+        finally:
+            self.log.active, self.log.ghost = False, False
+        self.inputs = inputs
+        launches = self.log.take()
+        self._check_tamper("the call")
+        started = [t for t in set(threading.enumerate()) - threads_before if self._owned_thread(t)]
+        if started:
+            raise RuntimeError(f"the call left {len(started)} thread(s) of the submission running (work after return)")
+        outputs = _as_named(out, self.outputs, torch)
+        records = kineto_records(prof)
+        took["run"] = time.perf_counter() - began
+        began = time.perf_counter()
+        reply = {"ok": True, "launches": launches, "aten_ops": {}, "records": records, "filled_bytes": filled,
+                 "outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
+                 "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
+                            if isinstance(v, torch.Tensor)}}
+        took["export"] = time.perf_counter() - began
+        reply["took_s"] = took
+        self.kept = list(outputs.values())
+        return reply
 
     def time(self, msg: dict) -> dict:
-        """Seconds per call over rotating fresh input sets (see timing.time_calls)."""
-        torch = self.torch
-        from kernels_eval.harness.timing import time_calls
+        """Timed calls (timing.time_calls) over input sets drawn fresh for every call, under the profiler: the
+        CUDA-event seconds of the reported run, the GPU records of the whole timing (the parent attributes them
+        to calls between the markers: spans.attribute), the launches, and up to `samples` outputs of timed calls
+        with the seed of the set each ran on. Which calls are kept is decided after each call returns, with
+        fresh OS randomness (reservoir sampling: every marked call equally likely), so nothing the candidate can
+        read beforehand predicts it; kept outputs are cloned after the call's end marker, outside its span."""
+        import secrets
 
-        seed = int(msg["seed"])
+        torch = self.torch
+        from kernels_eval.harness import markers as marker_kernels
+        from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
+
         self.kept, self.inputs = [], None
-        first = self._make_inputs(msg["input_kwargs"], seed)
-        set_bytes = sum(t.numel() * t.element_size() for t in first.values() if isinstance(t, torch.Tensor))
+        torch.cuda.ipc_collect()
+        counter = [int(msg["seed"])]
+        seeds: dict[int, int] = {}  # id(input set) -> its seed, for the sets alive in `sets`
+
+        def draw() -> dict:
+            counter[0] += 1
+            inputs = self._make_inputs(msg["input_kwargs"], counter[0])
+            seeds[id(inputs)] = counter[0]
+            return inputs
+
+        sets = [draw()]
+        set_bytes = sum(t.numel() * t.element_size() for t in sets[0].values() if isinstance(t, torch.Tensor))
         n_sets = int(max(2, min(msg.get("max_sets", 8), msg.get("rotation_bytes", 2 << 30) // max(set_bytes, 1))))
-        sets = [first] + [self._make_inputs(msg["input_kwargs"], seed + j) for j in range(1, n_sets)]
-        del first
-        counter = [seed + n_sets]
+        sets += [draw() for _ in range(1, n_sets)]
 
         def fresh_sets():
+            for inputs in sets:
+                seeds.pop(id(inputs), None)
             sets.clear()  # free the old buffers before drawing new ones: big problems fit twice, not four times
             for _ in range(n_sets):
-                counter[0] += 1
-                sets.append(self._make_inputs(msg["input_kwargs"], counter[0]))
+                sets.append(draw())
             return sets
 
+        want, budget = max(0, int(msg.get("samples", 4))), int(msg.get("sample_bytes", 1 << 30))
+        samples: list[dict] = []
+        seen, skipped = [0], []
+
+        def keep(inputs, out) -> None:
+            outputs = _as_named(out, self.outputs, torch)
+            seen[0] += 1
+            size = sum(t.numel() * t.element_size() for t in outputs.values())
+            room = min(want, budget // max(size, 1))
+            if room == 0:
+                skipped[:] = [f"outputs of {size} bytes exceed the sample budget of {budget} bytes"]
+                return
+            slot = len(samples) if len(samples) < room else secrets.randbelow(seen[0])
+            if slot < room:
+                entry = {"seed": seeds[id(inputs)], "call": seen[0] - 1,
+                         "outputs": {k: t.clone() for k, t in outputs.items()}}
+                samples[slot:slot + 1] = [entry]
+
+        markers = marker_kernels.Markers(L2_FLUSH_BYTES)
+        markers.start()
+        markers.end()  # compiled (or loaded from Triton's cache) before anything is timed
+        torch.cuda.synchronize()
+        self.log.take()
+        filled = fill_free_blocks(torch)
         host0 = time.perf_counter()
-        with torch.no_grad():
-            times = time_calls(self.model, sets, refresh=fresh_sets, warmup=int(msg.get("warmup", 3)),
-                               min_calls=int(msg.get("min_calls", 10)), max_calls=int(msg.get("max_calls", 200)),
-                               budget_s=float(msg.get("budget_s", 0.5)))
+        self.log.active = True
+        try:
+            with torch.no_grad(), gpu_profiler() as prof:
+                times = time_calls(self.model, sets, refresh=fresh_sets, markers=markers, after_call=keep,
+                                   warmup=int(msg.get("warmup", 3)), min_calls=int(msg.get("min_calls", 10)),
+                                   max_calls=int(msg.get("max_calls", 200)), budget_s=float(msg.get("budget_s", 0.5)),
+                                   warmup_s=float(msg.get("warmup_s", 0.05)))
+        finally:
+            self.log.active = False
         host_s = time.perf_counter() - host0
         clock = _sm_clock_mhz(torch)  # right after the timed calls, while the GPU still runs at their clock
         self._check_tamper("timing")
-        self.log.take()
-        self.inputs = sets[-1]
-        return {"ok": True, "times_s": times, "host_s": host_s, "sets": n_sets, "sm_clock_mhz": clock}
+        own = os.path.realpath(marker_kernels.FILE)
+        launches = [x for x in self.log.take() if x.get("file") != own]
+        records = kineto_records(prof)
+        exported = [{"seed": s["seed"], "call": s["call"],
+                     "outputs": {k: self._export(t, f"sample{j}_{k}") for k, t in s["outputs"].items()}}
+                    for j, s in enumerate(samples)]
+        self.kept = [t for s in samples for t in s["outputs"].values()]
+        del sets[:], markers
+        return {"ok": True, "times_s": list(times), "marked": times.marked, "host_s": host_s, "sets": n_sets,
+                "sm_clock_mhz": clock, "records": records, "launches": launches, "samples": exported,
+                "samples_skipped": skipped[0] if skipped else None, "filled_bytes": filled}
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
@@ -362,8 +433,7 @@ def main() -> int:
         except EOFError:
             return 0
         try:
-            handler = {"init": worker.init, "call": worker.call, "profile": worker.profile,
-                       "time": worker.time}[msg["cmd"]]
+            handler = {"init": worker.init, "call": worker.call, "time": worker.time}[msg["cmd"]]
             reply = handler(msg)
         except BaseException as exc:  # noqa: BLE001 - a candidate's failure of any kind is reported, not raised
             if isinstance(exc, KeyboardInterrupt):
@@ -380,6 +450,36 @@ def _sm_clock_mhz(torch) -> int | None:
         return int(torch.cuda.clock_rate())
     except Exception:  # noqa: BLE001 - no pynvml, no NVML driver, or a device NVML cannot see
         return None
+
+
+class _DeviceBytes:
+    """A bare view of `size` bytes of device memory at `address` (the CUDA array interface), for torch.as_tensor."""
+
+    def __init__(self, address: int, size: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False),
+                                         "version": 3, "strides": None}
+
+
+def fill_free_blocks(torch) -> int:
+    """Bytes of the caching allocator's free cached blocks (on the current device) filled with 0xFF: NaN in every
+    float dtype and -1 in signed integers, so an output the candidate leaves unwritten reads as poison wherever
+    the allocator hands it memory from its cache (memory it must map anew is not filled: fresh inputs per call
+    keep old results out of it). Run before every command's candidate calls, checked or timed alike."""
+    device = torch.cuda.current_device()
+    filled = 0
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device", device) != device:
+            continue
+        address = int(segment["address"])
+        for block in segment.get("blocks", []):
+            size = int(block["size"])
+            start = int(block.get("address", address))
+            if block.get("state") == "inactive" and size > 0:
+                torch.as_tensor(_DeviceBytes(start, size), device="cuda").fill_(0xFF)
+                filled += size
+            address = start + size
+    torch.cuda.synchronize()
+    return filled
 
 
 if __name__ == "__main__":
