@@ -50,7 +50,7 @@ def check_out(out: str | Path) -> None:
             raise ResultsWriteError(f"{out}: inside the release {parent}; write results outside a release")
     directory = out.parent
     try:
-        journal_dir(out).mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".{out.name}.probe-{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
