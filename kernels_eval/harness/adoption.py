@@ -47,18 +47,21 @@ def foreign_launches(launches: list[dict]) -> list[str]:
     return sorted({f"triton:{x['name']} ({x.get('file', '?')})" for x in launches if not x.get("owned")})
 
 
-def cpu_adoption(launches: list[dict], aten_ops: dict[str, int]) -> dict:
-    """native, fallbacks and reason from one CPU (interpreter) call's launches and dispatched aten ops."""
+def cpu_adoption(launches: list[dict], aten_ops: dict[str, int], observed: list[str] = ()) -> dict:
+    """native, fallbacks and reason from CPU (interpreter) calls' launches, dispatched aten ops and the
+    worker's channel records of host escapes and threads (`observed`: "host compute: numpy via ...")."""
     fallbacks = [_op_label(op, n) for op, n in compute_ops(aten_ops).items()] + foreign_launches(launches)
     owned = owned_names(launches)
     if not owned:
         reason = "no @triton.jit kernel of the submission ran"
+    elif observed:
+        reason = "the submission computed on the host or in threads beside its kernels"
     elif fallbacks:
         reason = "PyTorch/library compute ran beside the submission's kernels"
     else:
         reason = None
-    return {"native": reason is None, "native_fraction": None, "fallbacks": fallbacks, "reason": reason,
-            "kernels": sorted(owned)}
+    return {"native": reason is None, "native_fraction": None, "fallbacks": list(observed) + fallbacks,
+            "reason": reason, "kernels": sorted(owned)}
 
 
 # Device-to-host copies as the profiler names them (CUPTI's activity name, and the legacy spelling).

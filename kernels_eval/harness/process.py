@@ -35,7 +35,9 @@ class WorkerProcess:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w)]
+        obs_r, obs_w = os.pipe()  # observations of each call, written as they happen (harness/observe.py)
+        os.set_blocking(obs_r, False)
+        argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w), str(obs_w)]
         if bwrap is not None:
             argv, env = sandbox.bwrap_command(bwrap, argv, device=device, scratch=scratch or log_path.parent,
                                               files=files)
@@ -57,16 +59,18 @@ class WorkerProcess:
             argv = self.cgroup.wrap(argv)
         try:
             with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(argv, pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=log,
+                self.proc = subprocess.Popen(argv, pass_fds=(cmd_r, res_w, obs_w), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except BaseException:
-            for fd in (cmd_r, cmd_w, res_r, res_w):
+            for fd in (cmd_r, cmd_w, res_r, res_w, obs_r, obs_w):
                 os.close(fd)
             if self.cgroup is not None:
                 self.cgroup.remove()
             raise
         os.close(cmd_r)
         os.close(res_w)
+        os.close(obs_w)
+        self.obs_r, self.observed, self.observed_closed = obs_r, b"", False
         self.tree = ProcessTree(self.proc.pid)
         self.cmd_w, self.res_r = cmd_w, res_r
         self.start_timeout_s = start_timeout_s
@@ -94,10 +98,18 @@ class WorkerProcess:
             raise WorkerDied(f"worker is gone ({exc}){self._log_tail()}") from exc
         deadline = time.monotonic() + timeout_s
         while True:
-            ready, _, _ = select.select([self.res_r], [], [], 0.1)
-            if ready:
+            ready, _, _ = select.select([self.res_r, self.obs_r], [], [], 0.1)
+            if self.obs_r in ready:
+                self._drain_observed()
+            if self.res_r in ready:
                 try:
-                    return channel.recv(self.res_r)
+                    reply = channel.recv(self.res_r)
+                    self._drain_observed()
+                    lines = self.observed.decode(errors="replace").split("\n")
+                    self.observed = lines.pop().encode()  # a partial last line waits for the next reply
+                    # set here, never taken from the worker's own reply
+                    reply["observed"] = {"lines": lines, "closed": self.observed_closed}
+                    return reply
                 except EOFError:
                     code = self.proc.wait()
                     raise self._died(code) from None
@@ -114,6 +126,17 @@ class WorkerProcess:
             if time.monotonic() > deadline:
                 self.kill()
                 raise WorkerDied(f"no answer within {timeout_s:g} s (hang or too slow); worker killed")
+
+    def _drain_observed(self) -> None:
+        while not self.observed_closed and self.obs_r >= 0:
+            try:
+                chunk = os.read(self.obs_r, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.observed_closed = True
+                return
+            self.observed += chunk
 
     def usage(self) -> tuple[int, int, bool]:
         """(the candidate's processes, memory bytes, whether the kernel killed one for memory) now."""
@@ -169,12 +192,12 @@ class WorkerProcess:
             pass
         if self.cgroup is not None:
             self.cgroup.remove()
-        for fd in (self.cmd_w, self.res_r):
+        for fd in (self.cmd_w, self.res_r, self.obs_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self.cmd_w = self.res_r = -1
+        self.cmd_w = self.res_r = self.obs_r = -1
 
     def close(self) -> None:
         """Stop the worker."""

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kernels_eval import registry
-from kernels_eval.harness import adoption
+from kernels_eval.harness import adoption, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
@@ -100,6 +100,9 @@ class OperatorJudge:
         self.log = workdir / f"{operator}.log"
         self.initialized_with = None
         self.spent: dict[str, float] = {}  # seconds per evaluator step, for the run log (see `_clock`)
+        self.observed: list[str] = []  # host escapes / threads the worker's channel recorded (see `_observe`)
+        self.observed_ops: dict[str, int] = {}
+        self.tamper: str | None = None
 
     def _clock(self, step: str, began: float) -> None:
         self.spent[step] = self.spent.get(step, 0.0) + time.monotonic() - began
@@ -193,6 +196,9 @@ class OperatorJudge:
 
         seed = secrets.randbits(62)
         reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, **flags})
+        tamper = self._observe(reply)
+        if tamper:
+            reply = {"ok": False, "tamper": True, "error": f"TamperError: {tamper}"}
         if not reply.get("ok"):
             return reply, [reply.get("error", "call failed")], 0.0
         began = time.monotonic()
@@ -216,6 +222,21 @@ class OperatorJudge:
         self._clock("compare", began)
         return reply, failures, err
 
+    def _observe(self, reply: dict) -> str | None:
+        """Fold one call's channel records (set by the parent's end of the pipe) into this verdict's
+        observations; the tamper they show, or None."""
+        seen = reply.get("observed") or {}
+        records = observe.parse_records(list(seen.get("lines") or []))
+        for op, n in records["op"].items():
+            self.observed_ops[op] = self.observed_ops.get(op, 0) + n
+        for text in records["host"] + records["thread"]:
+            if text not in self.observed:
+                self.observed.append(text)
+        tampers = records["tamper"] + (["the observation channel was closed"] if seen.get("closed") else [])
+        if tampers and self.tamper is None:
+            self.tamper = "; ".join(tampers)
+        return self.tamper if tampers else None
+
     def evaluate_shapes(self, shapes: list[tuple[dict, dict]]) -> dict:
         """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator."""
         v = {"stage": "compile", "compiled": False, "correct": False, "native": False, "native_fraction": None,
@@ -225,6 +246,8 @@ class OperatorJudge:
         launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
         gpu = self.config.device == "cuda"
         self.spent = {}
+        # what the worker's observation channel recorded over this verdict's calls (ghost replays included)
+        self.observed, self.observed_ops, self.tamper = [], {}, None
         v["step_s"] = self.spent
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
@@ -255,6 +278,10 @@ class OperatorJudge:
                     ghost_passed = self._ghost_passes(model, init_kwargs, input_kwargs) or ghost_passed
         except WorkerDied as exc:
             return self._fail(v, "correctness" if v["compiled"] else "compile", str(exc))
+        if self.tamper:  # seen in a ghost replay (a judged call's tamper already failed above)
+            return self._fail(v, "correctness", f"call failed: TamperError: {self.tamper}")
+        for op, n in self.observed_ops.items():  # the channel's count stands where the reply's was taken back
+            aten_ops[op] = max(aten_ops.get(op, 0), n)
         v["max_abs_err"] = max_err
         v["correct"] = not errors
         if gpu and not any(x.get("owned") for x in launches):
@@ -265,7 +292,10 @@ class OperatorJudge:
         elif gpu:  # one call per shape: the timed calls' records alone decide
             verdict = {"native": True, "native_fraction": None, "fallbacks": [], "reason": None}
         else:
-            verdict = adoption.cpu_adoption(launches, aten_ops)
+            verdict = adoption.cpu_adoption(launches, aten_ops, self.observed)
+        if gpu and self.observed:
+            verdict.update(native=False, fallbacks=verdict["fallbacks"] + self.observed,
+                           reason=verdict["reason"] or "host-side compute or threads beside the submission's kernels")
         if ghost_passed and verdict["native"]:
             verdict.update(native=False, reason="outputs stay correct with the submission's @triton.jit kernels "
                                                 "skipped (they do not produce the result)")

@@ -15,7 +15,8 @@ import threading
 import time
 import traceback
 
-from kernels_eval.harness import channel
+from kernels_eval.harness import channel, observe
+from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
 
 # Functions a candidate could patch to fake a comparison, a timing or an audit. Their identities are
 # snapshot before the candidate is imported and re-checked after every call.
@@ -34,6 +35,15 @@ GUARDED = (
     "kernels_eval.harness.timing.time_calls",
     "kernels_eval.harness.timing.kineto_records", "kernels_eval.harness.timing.gpu_profiler",
     "kernels_eval.harness.markers.Markers.start", "kernels_eval.harness.markers.Markers.end",
+    # the fallback audit (observe.py): the channel's writer, the observer's hooks, the thread starter
+    "kernels_eval.harness.observe.Channel.send", "kernels_eval.harness.observe.Channel.check",
+    "kernels_eval.harness.observe._os_write", "kernels_eval.harness.observe._os_fstat",
+    "kernels_eval.harness.observe._getframe", "kernels_eval.harness.observe._setprofile",
+    "kernels_eval.harness.observe.Observer._audit", "kernels_eval.harness.observe.Observer._profile",
+    "kernels_eval.harness.observe.Observer._host_exit", "kernels_eval.harness.observe.Observer.mode_intact",
+    "kernels_eval.harness.observe.Observer.begin", "kernels_eval.harness.observe.Observer.end",
+    "_thread.start_new_thread", "threading._start_new_thread", "torch._C._len_torch_dispatch_stack",
+    "torch._C._get_dispatch_stack_at",
 )
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
 
@@ -65,11 +75,13 @@ class LaunchLog:
     """Records every @triton.jit launch (function name, defining file, owned by the submission or not);
     in ghost mode the submission's own launches are skipped, to test that they do the work."""
 
-    def __init__(self, owned_file: str) -> None:
+    def __init__(self, owned_file: str, observer: observe.Observer | None = None) -> None:
         self.owned_file = os.path.realpath(owned_file)
         self.events: list[dict] = []
         self.active = False
         self.ghost = False
+        self.observer = observer
+        self.wrappers: list = []
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -82,6 +94,7 @@ class LaunchLog:
             pass
         for cls in classes:
             cls.run = self._wrap(cls.run)
+            self.wrappers.append(cls.run)
 
     def _wrap(self, original):
         log = self
@@ -95,7 +108,16 @@ class LaunchLog:
                 log.events.append({"name": getattr(fn, "__name__", "?"), "file": file, "owned": owned})
             if log.ghost and owned and not kwargs.get("warmup"):
                 return None
-            return original(fn_self, *args, **kwargs)
+            observer = log.observer
+            if observer is None:
+                return original(fn_self, *args, **kwargs)
+            if log.active and threading.get_ident() != threading.main_thread().ident:
+                observer.channel.send("thread", "a kernel was launched from another thread")
+            previous = observer.launching()
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                observer.launched(previous)
 
         return run
 
@@ -107,33 +129,6 @@ class LaunchLog:
             counts[key] = counts.get(key, 0) + 1
         self.events = []
         return [{"name": n, "file": f, "owned": o, "count": c} for (n, f, o), c in sorted(counts.items())]
-
-
-def _audit_mode(poison: bool):
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Audit(TorchDispatchMode):
-        """Counts dispatched ops and fills fresh allocations with NaN / a sentinel so unwritten output fails."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: dict[str, int] = {}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
-            if func.namespace != "aten":
-                name = f"{func.namespace}::{name}"
-            self.ops[name] = self.ops.get(name, 0) + 1
-            out = func(*args, **(kwargs or {}))
-            if poison and name in POISON_OPS and isinstance(out, torch.Tensor) and out.numel():
-                if out.is_floating_point():
-                    out.fill_(float("nan"))
-                elif out.dtype != torch.bool and not out.is_complex():
-                    out.fill_(torch.iinfo(out.dtype).min + 3 if out.dtype != torch.uint8 else 0xA5)
-            return out
-
-    return Audit()
 
 
 class Worker:
@@ -150,6 +145,10 @@ class Worker:
         self.guard: dict = {}
         self.log: LaunchLog | None = None
         self.exchange = ""
+        self.channel = observe.Channel(-1)
+        self.observer: observe.Observer | None = None
+        self.audit_class = None
+        self.baseline_threads: set = set()
 
     # ---- commands --------------------------------------------------------------------------------------
 
@@ -173,9 +172,18 @@ class Worker:
                 patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
-            self.log = LaunchLog(msg["file"])
+            self.observer = observe.Observer(msg["file"], self.channel)
+            self.observer.install()
+            self.audit_class = observe.audit_mode_class(POISON_OPS, ALLOWED_ATEN_OPS)
+            # the first dispatch under a Python mode imports much of torch lazily (seconds): not in a call
+            with torch.no_grad(), self.audit_class(observe.Channel(-1), poison=True):
+                torch.empty_like(torch.zeros(4)).copy_(torch.ones(4))
+            self.log = LaunchLog(msg["file"], self.observer)
             self.log.install()
+            self.observer.boundary = {w.__code__ for w in self.log.wrappers} | {Worker.call.__code__}
+            self.baseline_threads = set(sys._current_frames())  # the worker's own threads, before the candidate's
             self.guard = snapshot()
+            self.guard.update(self._audit_identity())
             spec = importlib.util.spec_from_file_location(f"hotshape_candidate_{msg['operator']}", msg["file"])
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
@@ -210,21 +218,40 @@ class Worker:
         self._sync()
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
-        audit = _audit_mode(poison=msg.get("poison", True))
+        audit = self.audit_class(self.channel, poison=msg.get("poison", True))
+        running = self._candidate_threads()
+        if running:
+            raise RuntimeError(f"{len(running)} thread(s) of the submission are running as the call starts (a "
+                               f"thread pool or background thread: work outside the audited call)")
         threads_before = set(threading.enumerate())
+        depth = torch._C._len_torch_dispatch_stack()
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
+        self.observer.begin(profile=self.device == "cpu")
+        changed = None
         try:
-            with torch.no_grad(), audit:
-                out = self.model(**inputs)
+            with torch.no_grad():
+                audit.__enter__()
+                try:
+                    out = self.model(**inputs)
+                finally:
+                    self.observer.end()
+                    changed = self.observer.mode_intact(audit, self.audit_class, depth)
+                    if changed is None:  # a stack the candidate rearranged is left as it is: the verdict is tamper
+                        audit.__exit__(None, None, None)
             self._sync()
         finally:
+            self.observer.end()
             self.log.active, self.log.ghost = False, False
+            if changed:
+                raise TamperError(f"{changed} during the call")
         self.inputs = inputs
         launches = self.log.take()
         self._check_tamper("the call")
         started = [t for t in set(threading.enumerate()) - threads_before if self._owned_thread(t)]
-        if started:
-            raise RuntimeError(f"the call left {len(started)} thread(s) of the submission running (work after return)")
+        left = self._candidate_threads()
+        if started or left:
+            raise RuntimeError(f"the call left {max(len(started), len(left))} thread(s) of the submission running "
+                               f"(work after return)")
         outputs = _as_named(out, self.outputs, torch)
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -374,6 +401,18 @@ class Worker:
         g.manual_seed(int(seed))
         return self.reference.make_inputs(**input_kwargs, device=self.device, generator=g)
 
+    def _candidate_threads(self) -> set:
+        """Python threads alive now that the worker did not start (any target: pool workers too)."""
+        return set(sys._current_frames()) - self.baseline_threads
+
+    def _audit_identity(self) -> dict:
+        """Identities of the audit's own class and wrappers, checked like GUARDED."""
+        cls = self.audit_class
+        named = {"Audit.__torch_dispatch__": cls.__dict__["__torch_dispatch__"], "Audit.__init__": cls.__dict__["__init__"],
+                 "Audit.__enter__": getattr(cls, "__enter__"), "Audit.__exit__": getattr(cls, "__exit__")}
+        named.update({f"LaunchLog wrapper {i}": w for i, w in enumerate(self.log.wrappers)})
+        return {name: id(obj) for name, obj in named.items()}
+
     def _owned_thread(self, t) -> bool:
         target = getattr(t, "_target", None) or getattr(type(t), "run", None)
         code = getattr(target, "__code__", None)
@@ -387,7 +426,10 @@ class Worker:
         return channel.export_tensor(t, self.exchange, name)
 
     def _check_tamper(self, when: str) -> None:
-        changed = tampered(self.guard)
+        changed = tampered({k: v for k, v in self.guard.items() if k in GUARDED})
+        if self.audit_class is not None:
+            now = self._audit_identity()
+            changed += sorted(k for k, v in self.guard.items() if k not in GUARDED and now.get(k) != v)
         if changed:
             raise TamperError(f"the submission replaced {', '.join(changed)} during {when}")
 
@@ -426,6 +468,8 @@ def _as_named(out, names: tuple[str, ...], torch) -> dict:
 def main() -> int:
     cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
     worker = Worker()
+    if len(sys.argv) > 3:  # the observation channel (observe.py), read by the parent only
+        worker.channel = observe.Channel(int(sys.argv[3]))
     channel.send(res_fd, {"ok": True, "ready": True, "pid": os.getpid()})
     while True:
         try:
