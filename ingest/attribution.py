@@ -8,7 +8,7 @@ from operator import and_, attrgetter, is_
 import msgspec
 import polars as pl
 
-from ingest.kineto import KinetoTrace
+from ingest.kineto import KinetoTrace, TraceError
 from ingest.kineto_json import NULL_JSON
 from ingest.schema import KERNEL_EVENT_COLUMNS
 
@@ -195,8 +195,7 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
         (x == launch_ids[r] or (i, x) in enclosing_ids) if c else None
         for c, x, i, r in zip(checked, acts.external_id, at, launch_row)
     ]
-    frame = pl.DataFrame(
-        {
+    columns = {
             "kernel": acts.name,
             "category": acts.category,
             "ts_ns": acts.ts_ns,
@@ -209,12 +208,34 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
             "graph_kernel_index": _graph_kernel_index(acts, graph) if any(graph) else [None] * len(graph),
             "external_id_agrees": agrees,
             "attribution": attribution,
-        },
-        schema={name: dtype for name, dtype in KERNEL_EVENT_COLUMNS.items() if name not in CHAIN_COLUMNS and name != "trace_id"},
-    )
+    }
+    schema = {name: dtype for name, dtype in KERNEL_EVENT_COLUMNS.items() if name not in CHAIN_COLUMNS and name != "trace_id"}
+    try:
+        frame = pl.DataFrame(columns, schema=schema)
+    except TypeError:  # polars' word for an integer beyond the column's type (a stream id past int64)
+        raise TraceError(trace.path, _out_of_range(columns, schema)) from None
     return pl.concat([frame, chain_frame[chain]], how="horizontal").select(
         pl.lit(trace.trace_id, pl.String).alias("trace_id"), *(name for name in KERNEL_EVENT_COLUMNS if name != "trace_id")
     )
+
+
+def _fits(value: int, dtype) -> bool:
+    try:
+        pl.Series([value], dtype=dtype)
+    except (TypeError, OverflowError):
+        return False
+    return True
+
+
+def _out_of_range(columns: dict, schema: dict) -> str:
+    """Which GPU-activity field holds an integer its column cannot, for the quarantine message."""
+    for name, values in columns.items():
+        try:
+            pl.Series(name, values, dtype=schema[name])
+        except TypeError:
+            bad = next((v for v in values if isinstance(v, int) and not _fits(v, schema[name])), None)
+            return f"a GPU activity's `{name}` ({bad}) is beyond the range of {schema[name]}"
+    return "a GPU activity field is beyond the range of its column"
 
 
 def _graph_kernel_index(acts, graph: list[bool]) -> list[int | None]:

@@ -61,6 +61,22 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
         j += 2
 
 
+def _agree_by_kernel(kernels: list[str], rules: list[str], ops: list, operators: list[str], kwargs_list: list[dict]) -> None:
+    """Rows without an op that a kernel-name rule decided take, in place, the operator that the op rules
+    gave the same kernel elsewhere in the trace, unshaped (nothing shows their problem): one kernel, one
+    operator, whichever path found it. A kernel the op rules split between operators keeps its name rule's;
+    so does a row under an op without a rule (plumbing such as aten::fill_ that many operators launch)."""
+    by_op: dict[str, set[str]] = {}
+    for kernel, rule, operator in zip(kernels, rules, operators):
+        if rule.startswith("op_rules"):
+            by_op.setdefault(kernel, set()).add(operator)
+    for i, rule in enumerate(rules):
+        if rule.startswith("kernel_rules") and ops[i] is None:
+            seen = by_op.get(kernels[i])
+            if seen is not None and len(seen) == 1 and operators[i] not in seen:
+                operators[i], kwargs_list[i] = next(iter(seen)), {}
+
+
 def classify_events(
     events: pl.DataFrame,
     capture_events: pl.DataFrame | None = None,
@@ -79,6 +95,8 @@ def classify_events(
     parsed: dict[str | None, list] = {None: []}
     operators: list[str] = []
     kwargs_list: list[dict] = []
+    rules: list[str] = []
+    ops = events["op"].to_list()
     memo: dict = {}
     for i in range(events.height):
         chain = chains[i] if chains[i] is not None else []
@@ -98,14 +116,20 @@ def classify_events(
             kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
             step = merged_step(chain, annotations[i])
             kwargs = add_step_context(match.operator, kwargs, step)
-            hit = memo[key] = to_problem(match.operator, kwargs, step)
+            # Backward work is `other`, named by the backward op that decided it.
+            named = op_name if match.rule == "backward" and op_name is not None else None
+            hit = memo[key] = (*to_problem(match.operator, kwargs, step), match.rule, named)
         operators.append(hit[0])
         kwargs_list.append(hit[1])
+        rules.append(hit[2])
+        if hit[3] is not None:
+            ops[i] = hit[3]
 
     def args_at(i: int, depth: int) -> dict | None:
         args = parsed.get(chain_args[i]) or []
         return args[depth] if depth < len(args) else None
 
+    _agree_by_kernel(kernels, rules, ops, operators, kwargs_list)
     _hf_moe_problems(events, operators, kwargs_list, chains, args_at)
     kwargs_list = fill_block_size(operators, kwargs_list)
     phase, phase_rule = assign_phases(events, kwargs_list, operators)
@@ -122,6 +146,7 @@ def classify_events(
         pl.Series("shape", [canonical_json(k) if k else EMPTY_SHAPE for k in kwargs_list], dtype=pl.String),
         pl.Series("phase", phase, dtype=pl.String),
         pl.Series("phase_rule", phase_rule, dtype=pl.String),
+        pl.Series("op", ops, dtype=pl.String),
         attribution.alias("attribution"),
     ).drop("graph_capture")
     return pl.from_arrow(validate(out.to_arrow(), CLASSIFIED_EVENTS, "classified kernel_events"))

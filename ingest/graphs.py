@@ -18,8 +18,10 @@ from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
 
-# vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>.
-CAPTURE_WINDOW = re.compile(r"^capture_(?P<bs>\d+)_(?P<mode>\w+)$")
+# vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>;
+# torch.compile's CUDA-graph trees (mode="reduce-overhead", TraceLens' xDiT captures) record each
+# graph inside a `CUDAGraphNode.record (dynamo_timed)` range, with no batch size in the name.
+CAPTURE_WINDOW = re.compile(r"^capture_(?P<bs>\d+)_(?P<mode>\w+)$|^CUDAGraphNode\.record\b")
 _LAUNCH = re.compile(r"Launch(Kernel|CooperativeKernel)|ModuleLaunch|cuLaunch|^cudaLaunch|^hipLaunch")
 _COPY = re.compile(r"Memcpy", re.IGNORECASE)
 _SET = re.compile(r"Memset", re.IGNORECASE)
@@ -149,7 +151,7 @@ def read_capture(path: str | Path) -> pl.DataFrame:
             rows["op_chain_args"].append(orjson.dumps([r.args for r in inner]).decode())
     frame = pl.DataFrame(rows, schema=CAPTURE_COLUMNS)
     if frame.height == 0:
-        raise TraceError(path, "no kernel launches inside a capture_<bs>_<mode> annotation: not a graph-capture trace")
+        raise TraceError(path, "no kernel launches inside a capture_<bs>_<mode> or CUDAGraphNode.record range: not a graph-capture trace")
     # Launch rows were gathered per thread: order each window by launch time.
     return frame.sort("window", "ts_ns", maintain_order=True).with_columns(pl.int_range(pl.len()).over("window").alias("seq"))
 
@@ -196,7 +198,7 @@ def _step_size(chain) -> int | None:
 
 def _window_size(window: str) -> int | None:
     m = CAPTURE_WINDOW.match(window.split("@")[0])
-    return int(m["bs"]) if m else None
+    return int(m["bs"]) if m and m["bs"] else None
 
 
 def _best_window(tokens: tuple, size: int | None, windows: dict) -> tuple[str | None, dict]:

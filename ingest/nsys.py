@@ -17,8 +17,11 @@ from ingest.kineto import TraceError
 from ingest.schema import KERNEL_EVENTS, validate
 
 _PID = 0x1000000  # globalPid/globalTid = ... | pid << 24 | tid (nsys export docs)
-# PyTorch emit_nvtx ranges: "aten::add, op_id = 314359[, sizes = [[2, 3], []]][, input_op_ids = ...]"
-_NVTX = re.compile(r"^(?P<name>.*?)(?:, op_id = \d+)?(?:, sizes = (?P<sizes>\[.*?\]\]))?(?:, input_op_ids = .*)?$")
+# PyTorch emit_nvtx ranges: "aten::add[, seq = 12], op_id = 314359[, sizes = [[2, 3], []]][, input_op_ids = ...]"
+# (`seq` is the autograd sequence number, written for ops recorded with grad mode on).
+_NVTX = re.compile(
+    r"^(?P<name>.*?)(?:, seq = -?\d+)?(?:, op_id = \d+)?(?:, sizes = (?P<sizes>\[.*?\]\]))?(?:, input_op_ids = .*)?$"
+)
 _GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 _VERSION = re.compile(r"_v\d+$")
 

@@ -144,10 +144,15 @@ def phase_from_shape(operator: str, shape: dict) -> str | None:
     if operator in _DECODE_OPERATORS:
         return "decode"
     if operator == "attention_forward":
-        # SDPA / flash / efficient attention: `seq_lens` are the query lengths of the batch.
+        # SDPA / flash / efficient attention: `seq_lens` are the query lengths of the batch. Only
+        # autoregressive attention is a serving phase: queries reading a longer cache (decode, chunked
+        # prefill) or a causal mask. Bidirectional attention (diffusion, vision and text encoders) is not.
         q_lens = shape.get("seq_lens")
         if isinstance(q_lens, list) and q_lens and all(isinstance(q, int) for q in q_lens):
-            return "decode" if max(q_lens) == 1 else "prefill"
+            if max(q_lens) == 1 and "kv_lens" in shape:
+                return "decode"
+            if "kv_lens" in shape or shape.get("is_causal") is True:
+                return "prefill"
         return None
     if operator == "unified_attention":
         if isinstance(shape.get("seq_lens"), list) and shape["seq_lens"]:
@@ -188,6 +193,48 @@ def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[in
     return groups, set(first)
 
 
+def _timeline_steps(events: pl.DataFrame, members: list[int], operators: list[str], shapes: list[dict]) -> dict[int, str]:
+    """Phases of rows whose steps are not marked: per device in time order, the attention calls form runs
+    of one phase; rows between two runs of one phase take it, and between runs of different phases the
+    step boundary is the longest GPU idle gap there (the host samples between forward passes). Rows
+    before the first run or after the last take that run's phase."""
+    ts, dur, device = events["ts_ns"].to_list(), events["dur_ns"].to_list(), events["device"].to_list()
+    out: dict[int, str] = {}
+    by_device: dict = {}
+    for i in members:
+        by_device.setdefault(device[i], []).append(i)
+    for rows in by_device.values():
+        rows.sort(key=lambda i: (ts[i], i))
+        marks = [(k, p) for k, i in enumerate(rows) if operators[i] in _ATTENTION
+                 for p in [phase_from_shape(operators[i], shapes[i])] if p is not None]
+        if not marks:
+            continue
+        labels: list[str | None] = [None] * len(rows)
+        first, last = marks[0], marks[-1]
+        for k in range(first[0] + 1):
+            labels[k] = first[1]
+        for k in range(last[0], len(rows)):
+            labels[k] = last[1]
+        for (a, pa), (b, pb) in zip(marks, marks[1:]):
+            if pa == pb:
+                for k in range(a, b + 1):
+                    labels[k] = pa
+                continue
+            # The boundary: the longest idle time between one row's end and the next row's start.
+            end, cut, widest = ts[rows[a]] + dur[rows[a]], a + 1, None
+            for k in range(a + 1, b + 1):
+                gap = ts[rows[k]] - end
+                if widest is None or gap > widest:
+                    widest, cut = gap, k
+                end = max(end, ts[rows[k]] + dur[rows[k]])
+            for k in range(a, cut):
+                labels[k] = pa
+            for k in range(cut, b + 1):
+                labels[k] = pb
+        out.update({i: p for i, p in zip(rows, labels) if p is not None})
+    return out
+
+
 def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]) -> tuple[list[str], list[str]]:
     """Per-row (phase, phase_rule): step annotation, else attention shape, else graph heuristic."""
     n = events.height
@@ -213,6 +260,11 @@ def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]
         if len(seen) == 1:
             decided = seen.pop()
             for i in members:
+                phase[i], rule[i] = decided, "shape:attention"
+        elif len(seen) > 1:
+            # Several steps the trace does not mark apart (a generation loop without annotations, or
+            # under one repeated range such as execute_model): split them on the timeline.
+            for i, decided in _timeline_steps(events, members, operators, shapes).items():
                 phase[i], rule[i] = decided, "shape:attention"
 
     # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest.tracefile import TraceBytes, TraceError, trace_id_of
+from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, trace_id_of
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
 # a fresh process then gunzips its first trace on a second core while they load (read_events).
@@ -66,6 +66,11 @@ def _read_events(path: str | Path) -> pl.DataFrame:
     from ingest.attribution import attribute
     from ingest.kineto import read_kineto
 
+    if is_rocprof_json(trace_bytes.head()):
+        from ingest.rocprof_json import read_rocprof_json
+
+        trace_id, text = trace_bytes.result()
+        return read_rocprof_json(path, text, trace_id)
     return attribute(read_kineto(trace_bytes))
 
 
@@ -101,15 +106,33 @@ def ingest_trace(
     holds file_gpu_ns / file_events: what the reader found in the file, before classification.
     """
     from ingest.classify import classify_events
-    from ingest.graphs import capture_traces_for, read_captures
 
     events = read_events(path)
     in_file = {"file_gpu_ns": int(events["dur_ns"].sum()), "file_events": events.height}
     with gc_paused():
         if capture_events is None:
-            capture_events = read_captures(captures if captures is not None else capture_traces_for(path))
+            capture_events = _capture_events(path, captures)
         events = classify_events(events, capture_events, taxonomy)
     return TraceResult(events=events, summary=summarize(events, display_path or str(path)) | in_file)
+
+
+class CaptureWarning(UserWarning):
+    """A graph-capture sidecar or capture trace that cannot explain a profile's graph replays."""
+
+
+def _capture_events(path: str | Path, captures: list[Path] | None):
+    """Capture launches for a profile's graph replays; a sidecar or capture trace that cannot be read or
+    aligned degrades the replays to kernel-name rules with a warning naming it, never fails the profile."""
+    import warnings
+
+    from ingest.graphs import capture_traces_for, read_captures
+
+    try:
+        return read_captures(captures if captures is not None else capture_traces_for(path))
+    except TraceError as exc:
+        warnings.warn(f"{exc.path}: {exc.problem}; graph replays of {path} fall back to kernel-name rules",
+                      CaptureWarning, stacklevel=3)
+        return None
 
 
 def ingest_many(
@@ -136,11 +159,20 @@ def ingest_many(
         except TraceError as exc:
             quarantined.append({"path": shown, "reason": exc.problem})
             continue
+        except Exception as exc:  # noqa: BLE001 — a reader's bug on one file must not abort the batch
+            quarantined.append({"path": shown, "reason": failure_reason(exc)})
+            continue
         if on_trace is not None:
             on_trace(result)
             result = TraceResult(events=result.events.clear(), summary=result.summary)
         results.append(result)
     return IngestResult(traces=results, quarantined=quarantined)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A quarantine reason for an unexpected error while ingesting one file: its type and message, one line."""
+    text = " ".join(str(exc).split())
+    return f"unexpected {type(exc).__name__} while ingesting: {text[:500]}" if text else f"unexpected {type(exc).__name__}"
 
 
 def _display_path(path: Path, root: str | Path | None) -> str:

@@ -25,6 +25,16 @@ class Rule:
     op: re.Pattern | None
     kernel: re.Pattern | None
     where: str  # "op_rules[3]" — names the rule in messages and in tests
+    encloses: bool = False  # claims every kernel launched inside its op, whatever ops nest within
+
+
+@dataclass(frozen=True)
+class Backward:
+    """What marks an activity as backward-pass work: an op in its chain, or (without one) its kernel name."""
+
+    op: re.Pattern
+    kernel: re.Pattern
+    keeps: frozenset[str]  # operators that stay what they are in the backward pass (communication, copies)
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,7 @@ class Match:
 
     operator: str
     depth: int | None  # index into op_chain of the deciding op; None when decided by name/category
-    rule: str  # "op_rules[3]", "categories.memcpy", "kernel_rules[7]" or "none"
+    rule: str  # "op_rules[3]", "categories.memcpy", "kernel_rules[7]", "backward" or "none"
 
 
 @dataclass
@@ -45,6 +55,8 @@ class Taxonomy:
     categories: dict[str, str]
     op_rules: tuple[Rule, ...]
     kernel_rules: tuple[Rule, ...]
+    backward: Backward | None = None
+    blit_kernels: dict[str, re.Pattern] = field(default_factory=dict)  # category -> kernel-name pattern
     _memo: dict = field(default_factory=dict, repr=False)
 
     def classify(self, kernel: str, category: str, op_chain: list[str] | tuple[str, ...] | None) -> Match:
@@ -57,13 +69,31 @@ class Taxonomy:
 
     def _classify(self, kernel: str, category: str, chain: tuple[str, ...]) -> Match:
         kernel = kernel or ""
+        category = next((c for c, pattern in self.blit_kernels.items() if pattern.search(kernel)), category)
+        if category in self.categories:
+            # A copy or fill is that whatever op issued it (cuBLAS workspace memsets under aten::mm).
+            return Match(self.categories[category], None, f"categories.{category}")
+        match = self._forward(kernel, chain)
+        bw = self.backward
+        if bw is None or match.operator in bw.keeps:
+            return match
+        for depth in range(len(chain) - 1, -1, -1):
+            if bw.op.search(chain[depth]):
+                return Match(OTHER, depth, "backward")
+        if bw.kernel.search(kernel):
+            return Match(OTHER, match.depth, "backward")
+        return match
+
+    def _forward(self, kernel: str, chain: tuple[str, ...]) -> Match:
+        for depth in range(len(chain) - 1, -1, -1):
+            for rule in self.op_rules:
+                if rule.encloses and rule.op.search(chain[depth]) and (rule.kernel is None or rule.kernel.search(kernel)):
+                    return Match(rule.operator, depth, rule.where)
         for depth in range(len(chain) - 1, -1, -1):
             name = chain[depth]
             for rule in self.op_rules:
                 if rule.op.search(name) and (rule.kernel is None or rule.kernel.search(kernel)):
                     return Match(rule.operator, depth, rule.where)
-        if category in self.categories:
-            return Match(self.categories[category], None, f"categories.{category}")
         for rule in self.kernel_rules:
             if rule.kernel.search(kernel):
                 return Match(rule.operator, None, rule.where)
@@ -94,7 +124,7 @@ def _rules(path: str, doc: dict, section: str, operators: set[str], need: str) -
         where = f"{section}[{i}]"
         if not isinstance(item, dict):
             raise TaxonomyError(f"{path}: {where} must be a mapping")
-        unknown = set(item) - {"operator", "op", "kernel"}
+        unknown = set(item) - {"operator", "op", "kernel", "encloses"}
         if unknown:
             raise TaxonomyError(f"{path}: {where} has unknown keys {sorted(unknown)}")
         operator = item.get("operator")
@@ -104,8 +134,31 @@ def _rules(path: str, doc: dict, section: str, operators: set[str], need: str) -
             raise TaxonomyError(f"{path}: {where} needs a `{need}` pattern")
         op = _compile(path, where, "op", item.get("op"))
         kernel = _compile(path, where, "kernel", item.get("kernel"))
-        rules.append(Rule(operator, op, kernel, where))
+        rules.append(Rule(operator, op, kernel, where, bool(item.get("encloses", False))))
     return tuple(rules)
+
+
+def _backward(path: str, doc: dict, operators: set[str]) -> Backward | None:
+    raw = doc.get("backward")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"op", "kernel", "keeps"}:
+        raise TaxonomyError(f"{path}: `backward` must be a mapping of op, kernel and keeps")
+    keeps = raw.get("keeps") or []
+    if not isinstance(keeps, list) or any(k not in operators for k in keeps):
+        raise TaxonomyError(f"{path}: backward.keeps must list operators from `operators`")
+    op = _compile(path, "backward", "op", raw.get("op"))
+    kernel = _compile(path, "backward", "kernel", raw.get("kernel"))
+    if op is None or kernel is None:
+        raise TaxonomyError(f"{path}: backward needs an `op` and a `kernel` pattern")
+    return Backward(op, kernel, frozenset(keeps))
+
+
+def _blits(path: str, doc: dict, categories: dict) -> dict[str, re.Pattern]:
+    raw = doc.get("blit_kernels") or {}
+    if not isinstance(raw, dict) or any(c not in categories for c in raw):
+        raise TaxonomyError(f"{path}: `blit_kernels` must map categories of `categories` to kernel patterns")
+    return {c: _compile(path, "blit_kernels", c, p) for c, p in raw.items()}
 
 
 def parse_taxonomy(doc, path: str = "<taxonomy>") -> Taxonomy:
@@ -129,6 +182,8 @@ def parse_taxonomy(doc, path: str = "<taxonomy>") -> Taxonomy:
         categories=dict(categories),
         op_rules=_rules(path, doc, "op_rules", known, "op"),
         kernel_rules=_rules(path, doc, "kernel_rules", known, "kernel"),
+        backward=_backward(path, doc, known),
+        blit_kernels=_blits(path, doc, categories),
     )
 
 

@@ -51,6 +51,14 @@ def decompress(path: Path, raw: bytes) -> bytes:
         raise TraceError(path, f"truncated or corrupt gzip ({exc})") from None
 
 
+ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"  # the top-level key of rocprofv3's JSON output
+
+
+def is_rocprof_json(head: bytes) -> bool:
+    """True when the first bytes of a (decompressed) JSON document are rocprofv3's, not a Chrome trace."""
+    return b'"' + ROCPROF_JSON_KEY.encode() + b'"' in head[:256]
+
+
 class TraceBytes:
     """A trace file being read, content-addressed and gunzipped on a worker thread.
 
@@ -74,6 +82,11 @@ class TraceBytes:
             self._outcome = (trace_id_of(raw), decompress(self.path, raw))
         except Exception as exc:  # raised again in the caller's thread by result()
             self._outcome = exc
+
+    def head(self, n: int = 256) -> bytes:
+        """The first `n` bytes of the decompressed text (to tell formats apart); b"" if reading failed."""
+        self._worker.join()
+        return b"" if isinstance(self._outcome, Exception) or self._outcome is None else self._outcome[1][:n]
 
     def result(self) -> tuple[str, bytes]:
         """The file's trace id and JSON text, once read; the worker's error is raised here."""

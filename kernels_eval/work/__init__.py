@@ -16,11 +16,15 @@ CATALOGUE_OPERATORS = (
     "reshape_and_cache", "rms_norm", "silu_and_mul", "topk_filter", "unified_attention",
 )
 EXTRA_OPERATORS = ("gemm", "embedding")
+# Benchmarkable: a torch reference, inputs and a work model.
 OPERATORS = CATALOGUE_OPERATORS + EXTRA_OPERATORS
+# What fleets run beside LLM kernels (vision, diffusion, training): a work model, so a trace's calls are
+# shaped problems with a roofline, but no torch reference yet, so not benchmarkable.
+MODELLED_OPERATORS = ("convolution", "batch_norm", "group_norm")
 
 
 def load_work(name: str) -> ModuleType:
-    """The work module of operator `name`."""
-    if name not in OPERATORS:
-        raise KeyError(f"unknown operator {name!r}; known: {', '.join(OPERATORS)}")
+    """The work module of operator `name` (benchmarkable or only modelled)."""
+    if name not in OPERATORS and name not in MODELLED_OPERATORS:
+        raise KeyError(f"unknown operator {name!r}; known: {', '.join(OPERATORS + MODELLED_OPERATORS)}")
     return importlib.import_module(f"kernels_eval.work.{name}")
