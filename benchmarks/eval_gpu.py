@@ -149,6 +149,7 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
                "error": a["error"] or b["error"], "t0_s": a["t_measured_s"], "t1_s": b["t_measured_s"],
                "p10_s": a["t_p10_s"], "p90_s": a["t_p90_s"], "t_roofline_s": a["t_roofline_s"],
                "t_reference_s": a["t_reference_s"], "native_fraction": a["native_fraction"],
+               "t_event_s": [a.get("t_event_s"), b.get("t_event_s")],
                "sm_clock_mhz": [clocks[0].get(pid), clocks[1].get(pid)]}
         if a["t_measured_s"] and b["t_measured_s"]:
             row["repeat_diff"] = abs(b["t_measured_s"] - a["t_measured_s"]) / a["t_measured_s"]

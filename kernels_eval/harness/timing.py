@@ -90,7 +90,8 @@ def shield_cycles(call, next_inputs, calls: int = 5) -> int:
 
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
                max_calls: int = 200, budget_s: float = 0.5, flush=None, markers=None, after_call=None,
-               warmup_s: float = 0.05, retries: int = 2, slow_call_s: float = 0.02) -> TimedCalls:
+               warmup_s: float = 0.05, settle_tolerance: float = 0.02, settle_blocks: int = 10, retries: int = 2,
+               slow_call_s: float = 0.02) -> TimedCalls:
     """CUDA-event seconds per call of `call(**inputs)` over the reported run, cycling through `input_sets`;
     `refresh()` (optional) returns a new list of sets with fresh contents whenever every set has been used
     once (it may reuse the list), so with it every call runs on a set no earlier call has touched.
@@ -99,8 +100,10 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
     end event, `markers.end()`, then `after_call(inputs, output)` (the worker keeps samples of outputs there,
     outside the markers). `markers` defaults to a plain flush of `flush` (FlushMarkers).
 
-    Before measuring, the GPU is kept busy for `warmup_s` (an idle GPU runs at a fraction of its clock for a
-    while, and a 4 µs kernel timed then reads 5-6x slower: seen on H200, 3.6 vs 23.4 µs between two runs).
+    Before measuring, the GPU is kept busy for `warmup_s`, then blocks of 10 timed calls run until two in a row
+    agree within `settle_tolerance` (at most `settle_blocks`, bounded by the budget): an idle GPU runs at a
+    fraction of its clock for a while, and a 4 µs kernel timed then reads 5-6x slower (seen on H200, 3.6 vs
+    23.4 µs between two runs); its kernels run slower too, so kernel spans need the settling as events did.
     After measuring, a run whose first and second halves disagree by more than 3% is measured again (at most
     `retries` times) and the last run is returned.
 
@@ -159,6 +162,13 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
             markers.warm()
             call(**next_inputs())
         torch.cuda.synchronize()
+    previous, began = None, time.perf_counter()
+    for _ in range(settle_blocks):
+        block = statistics.median(timed(10))
+        if time.perf_counter() - began > budget_s or (
+                previous is not None and abs(block - previous) <= settle_tolerance * previous):
+            break  # a block that alone outlasts the budget kept the GPU busy long enough to reach its clock
+        previous = block
     # the call count that fits the budget: each timed call also costs its shield and flush on the GPU
     began = time.perf_counter()
     timed(5)
