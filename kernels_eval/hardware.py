@@ -75,9 +75,10 @@ def _parse(name: str, raw, where: str) -> Hardware:
     if not isinstance(peaks, dict) or set(peaks) != set(PATHS):
         raise ValueError(f"{where}: {name}.peak_tflops must name exactly the paths {PATHS}, got {sorted(peaks or {})}")
     clean = {p: (None if v is None else _positive(v, f"{where}: {name}.peak_tflops.{p}")) for p, v in peaks.items()}
-    if clean["bf16_tensor"] is None:
-        raise ValueError(f"{where}: {name} needs a bf16_tensor peak")
     measured = raw.get("measured") or {}
+    if clean["bf16_tensor"] is None and (measured or clean["fp16_tensor"] is None):
+        # Measured ceilings scale the datasheet by the bf16 efficiency; a pre-bf16 chip (V100) has fp16.
+        raise ValueError(f"{where}: {name} needs a bf16_tensor peak (or, without measured ceilings, an fp16_tensor one)")
     m_peaks = measured.get("peak_tflops") or {}
     unknown = set(m_peaks) - set(PATHS)
     if unknown:

@@ -186,6 +186,12 @@ def load_fleet(
     if not isinstance(doc, dict) or not isinstance(doc.get("deployments"), list) or not doc["deployments"]:
         raise FleetError(f"{source}: field 'deployments' must be a non-empty list")
     names = set(accelerators) if accelerators is not None else _hardware_names()
+    unknown = [(raw.get("id", f"#{i}"), raw["accelerator"]) for i, raw in enumerate(doc["deployments"])
+               if isinstance(raw, dict) and isinstance(raw.get("accelerator"), str) and raw["accelerator"] not in names]
+    if len(unknown) > 1:  # every one at once, so a fleet file is fixed in one pass
+        listed = "; ".join(f"deployment {d!r}: {a!r}" for d, a in unknown)
+        raise FleetError(f"{source}: {len(unknown)} unknown accelerators in field 'accelerator': {listed} "
+                         f"(known: {', '.join(sorted(names))})")
     deployments = [_deployment(raw, i, source, names) for i, raw in enumerate(doc["deployments"])]
     seen: set[str] = set()
     for d in deployments:

@@ -10,14 +10,15 @@ import pytest
 from kernels_eval.hardware import load_hardware
 from kernels_eval.roofline import problem_roofline
 
-NAMES = {"H200", "H100", "H20", "B200", "MI300X", "XPU-A"}
+NAMES = {"H200", "H100", "H20", "B200", "MI300X", "XPU-A", "A100-80GB", "A100-40GB", "V100", "L4", "L40S", "MI250X",
+         "MI325X", "MI350X", "MI355X"}
 
 
 def test_table_has_every_accelerator_with_sources():
     table = load_hardware()
     assert set(table) == NAMES
     for hw in table.values():
-        assert hw.sources and hw.hbm_tbps > 0 and hw.peak_tflops["bf16_tensor"] > 0
+        assert hw.sources and hw.hbm_tbps > 0 and (hw.peak_tflops["bf16_tensor"] or hw.peak_tflops["fp16_tensor"]) > 0
     h200 = table["H200"]
     assert h200.peak_flops("fp8_tensor") == pytest.approx(2 * h200.peak_flops("bf16_tensor"), rel=1e-3)
     assert h200.measured_flops("bf16_tensor") == pytest.approx(744e12)
@@ -101,3 +102,21 @@ def test_light_modules_do_not_import_torch():
 def test_unknown_accelerator_is_named():
     with pytest.raises(KeyError, match="TPU-Z"):
         problem_roofline("rms_norm", {"eps": 1e-6}, {"token_count": 1, "hidden_size": 8}, "TPU-Z")
+
+
+def test_fleet_accelerators_beside_llm_parts_are_sourced_datasheet_figures():
+    """Every entry names its datasheet; paths a chip lacks are null, not guessed (V100: fp16 only; no FP8
+    before Hopper / CDNA3; no TF32 matrix path on CDNA2 or CDNA4)."""
+    table = load_hardware()
+    for name, hw in table.items():
+        assert hw.sources and any("datasheet" in s or "atrex-bench" in s for s in hw.sources), name
+        assert hw.bandwidth() > 0
+    assert table["V100"].peak_tflops == {"bf16_tensor": None, "fp16_tensor": 125, "fp8_tensor": None, "tf32_tensor": None,
+                                         "fp32_vector": 15.7}
+    assert table["A100-80GB"].peak_flops("bf16_tensor") == pytest.approx(312e12)
+    assert table["A100-80GB"].bandwidth() > table["A100-40GB"].bandwidth()
+    for name in ("A100-80GB", "A100-40GB", "V100", "MI250X"):
+        assert table[name].peak_tflops["fp8_tensor"] is None, name
+    for name in ("MI250X", "MI350X", "MI355X"):
+        assert table[name].peak_tflops["tf32_tensor"] is None, name
+    assert table["MI355X"].peak_flops("fp8_tensor") == pytest.approx(2 * table["MI355X"].peak_flops("bf16_tensor"))
