@@ -50,7 +50,8 @@ def test_every_exploit_has_a_readme_and_an_expected_verdict():
 def test_adversarial_verdict_on_cpu(case, release):
     expected = json.loads((ADVERSARIAL / case / "expected.json").read_text())
     ops = expected.get("operators") or [expected["operator"]]
-    rows = evaluate(ADVERSARIAL / case, release, config=EvalConfig(**CONFIG), ops=ops)
+    config = EvalConfig(**{**CONFIG, **expected.get("config", {})})
+    rows = evaluate(ADVERSARIAL / case, release, config=config, ops=ops)
     n_problems = sum(p["operator"] in ops for p in release.problems)
     assert len(rows) == n_problems and {r["shape_kind"] for r in rows} == {"smoke"}
     for op, r in _verdicts(rows).items():

@@ -1,0 +1,87 @@
+"""Wall time of `hotshape eval` with and without the bubblewrap sandbox, side by side in one run.
+
+Usage (from the repo root; out/atrex-release from `hotshape import-atrex ../shared/reference-data/atrex-bench
+--out out/atrex-release`):
+    .venv/bin/python benchmarks/sandbox_overhead.py --repeats 2 \
+        --out benchmarks/results/sandbox_overhead_cpu.txt
+
+Each repeat runs the evaluator once sandboxed and once with --no-sandbox, the order alternating between
+repeats (so a machine that gets busier or quieter during the run biases neither side), on the same release,
+submission and device, each into its own fresh results file. The record holds every run's wall time, the
+exact commands and the overhead of the sandboxed side's mean over the unsandboxed side's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def eval_command(args: argparse.Namespace, out: Path, sandboxed: bool) -> list[str]:
+    """The `hotshape eval` command line of one run."""
+    cmd = [str(REPO / ".venv" / "bin" / "hotshape"), "eval", args.submission, "--release", args.release,
+           "--device", args.device, "--out", str(out)]
+    if args.ops:
+        cmd += ["--ops", args.ops]
+    return cmd if sandboxed else [*cmd, "--no-sandbox"]
+
+
+def timed_run(cmd: list[str]) -> tuple[float, int, str]:
+    """(wall seconds, exit status, last line of the output) of one run."""
+    began = time.monotonic()
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    return time.monotonic() - began, run.returncode, lines[-1] if lines else ""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--submission", default="examples/submissions/triton_reference")
+    p.add_argument("--release", default="out/atrex-release")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--ops", default=None, help="comma-separated operators (default: all)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--out", default=None, help="record file (default: print only)")
+    args = p.parse_args()
+    times: dict[bool, list[float]] = {True: [], False: []}
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="sandbox-overhead-") as tmp:
+        for repeat in range(args.repeats):
+            for sandboxed in ((True, False) if repeat % 2 == 0 else (False, True)):
+                out = Path(tmp) / f"results-{repeat}-{'sandbox' if sandboxed else 'nosandbox'}.parquet"
+                cmd = eval_command(args, out, sandboxed)
+                wall_s, code, last = timed_run(cmd)
+                if code != 0:
+                    print(f"failed ({code}): {shlex.join(cmd)}\n{last}", file=sys.stderr)
+                    return 1
+                times[sandboxed].append(wall_s)
+                line = f"repeat {repeat} {'sandbox   ' if sandboxed else 'no-sandbox'} {wall_s:8.1f} s  {last}"
+                lines.append(line)
+                print(line, flush=True)
+    mean = {k: statistics.mean(v) for k, v in times.items()}
+    overhead = mean[True] / mean[False] - 1
+    head = [f"# sandbox overhead on `hotshape eval` wall time ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+            f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f})",
+            f"# made by: .venv/bin/python benchmarks/sandbox_overhead.py {shlex.join(sys.argv[1:])}",
+            f"# sandboxed run:   {shlex.join(eval_command(args, Path('RESULTS.parquet'), True))}",
+            f"# unsandboxed run: {shlex.join(eval_command(args, Path('RESULTS.parquet'), False))}"]
+    tail = [f"mean sandbox {mean[True]:.1f} s, no-sandbox {mean[False]:.1f} s: overhead {overhead:+.1%} "
+            f"(runs alternate; min {min(times[True]):.1f} vs {min(times[False]):.1f} s)"]
+    print(tail[0])
+    if args.out:
+        Path(args.out).write_text("\n".join(head + lines + tail) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

