@@ -46,7 +46,7 @@ def find_bwrap() -> str | None:
 def check_bwrap(bwrap: str | None = None) -> str | None:
     """None when bwrap exists and can make the sandbox's namespaces here, else a one-line reason."""
     bwrap = bwrap or find_bwrap()
-    if bwrap is None:
+    if bwrap is None or not os.access(bwrap, os.X_OK):
         return ("bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: apt-get install bubblewrap), "
                 "point HOTSHAPE_BWRAP at it, or pass --no-sandbox")
     run = subprocess.run([bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
