@@ -1,0 +1,176 @@
+"""Regressions on traces nobody here wrote: fixtures cut from public TraceLens / HTA / nsys-ai traces
+(tests/fixtures/public_cuts.py, tests/fixtures/SOURCES.md), one test per failure issue 19 found."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+import warnings
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ingest.pipeline import CaptureWarning, ingest_many, ingest_trace
+from ingest.phases import phase_from_shape
+from ingest.taxonomy import load_taxonomy
+from tests.fixtures.cut_trace import load, save
+
+PUBLIC = Path(__file__).resolve().parents[1] / "fixtures" / "public"
+
+
+def _raw_gpu_ns(path: Path) -> int:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return sum(round(e["dur"] * 1000) for e in doc["traceEvents"]
+               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X")
+
+
+@pytest.fixture(scope="module")
+def falconsai():
+    return ingest_trace(PUBLIC / "falconsai_vit_h100.json.gz").events
+
+
+def test_convolution_kernels_are_convolution_with_catalogue_kwargs(falconsai):
+    conv = falconsai.filter(pl.col("op_chain").list.contains("aten::cudnn_convolution") & (pl.col("category") == "kernel"))
+    assert conv.height and set(conv["operator"]) == {"convolution"}
+    shapes = {json.loads(s)["K"]: json.loads(s) for s in conv["shape"]}
+    # ViT patch embedding: 3 -> 768 channels, 16x16 patches at stride 16 (aten::convolution's args).
+    assert shapes[768] == {"N": 4, "C": 3, "H": 224, "W": 224, "K": 768, "R": 16, "S": 16, "stride": [16, 16],
+                           "padding": [0, 0], "dilation": [1, 1], "groups": 1, "dtype": "bf16"}
+    from kernels_eval import registry
+    assert registry.work("convolution", *registry.split_kwargs("convolution", shapes[768]))["flops"] == \
+        2 * 4 * 768 * 14 * 14 * 3 * 16 * 16
+
+
+def test_memset_under_a_conv_or_gemm_op_stays_memset(falconsai, tmp_path):
+    memsets = falconsai.filter(pl.col("category") == "memset")
+    assert memsets.height and set(memsets["operator"]) == {"memset"}
+    qwen = ingest_trace(PUBLIC / "qwen_h100_first200.json.gz").events
+    under_mm = qwen.filter((pl.col("category") == "memset") & pl.col("op").is_in(["aten::mm", "aten::addmm", "aten::linear"]))
+    assert set(under_mm["operator"]) <= {"memset"}
+
+
+def test_flash_fwd_is_one_operator_whichever_path_names_it(falconsai, tmp_path):
+    """The same kernel without its launching op (the op stack cut away) keeps the op rules' operator."""
+    flash = falconsai.filter(pl.col("kernel").str.contains("flash_fwd_kernel"))
+    assert set(flash["operator"]) == {"attention_forward"}
+    tax = load_taxonomy()
+    for kernel in flash["kernel"].unique():
+        assert tax.operator_of_kernel(kernel) == "attention_forward"
+    doc = load(PUBLIC / "falconsai_vit_h100.json.gz")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("cat") == "cpu_op" and "attention" in e["name"])]
+    bare = ingest_trace(save(doc, tmp_path / "no_attention_ops.json.gz")).events
+    assert set(bare.filter(pl.col("kernel").str.contains("flash_fwd_kernel"))["operator"]) == {"attention_forward"}
+
+
+def test_name_rules_never_call_fbgemm_or_miopen_igemm_a_gemm():
+    tax = load_taxonomy()
+    assert tax.operator_of_kernel("void fbgemm_gpu::jagged_dense_elementwise_dense_output_kernel_<32, float>") != "gemm"
+    assert tax.classify("k", "kernel", ["fbgemm::jagged_to_padded_dense"]).operator == "other"
+    assert tax.classify("k", "kernel", ["fbgemm::f8f8bf16_rowwise"]).operator == "gemm"
+    assert tax.operator_of_kernel("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8") == "convolution"
+    assert tax.operator_of_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "gemm"
+    assert tax.operator_of_kernel("__amd_rocclr_copyBuffer") == "memcpy"
+    assert tax.operator_of_kernel("__amd_rocclr_fillBufferAligned") == "memset"
+
+
+def test_backward_work_is_never_a_forward_operator_or_gemm(public_traces):
+    path = public_traces / "hta/nccl_parser_config/nccl_data.json.gz"  # ResNet training on A100, 2 ranks
+    result = ingest_trace(path)
+    ev = result.events
+    backward = ev.filter(pl.col("op_chain").list.eval(pl.element().str.contains("Backward|_backward")).list.any())
+    assert backward.height
+    compute = backward.filter(pl.col("category") == "kernel")
+    assert set(compute["operator"]) <= {"other", "communication", "memset", "memcpy"}, compute.group_by("operator").len()
+    # Named by the backward op that decided it.
+    assert compute.filter(pl.col("operator") == "other")["op"].str.contains("Backward|_backward").all()
+    assert set(ev.filter(pl.col("op_chain").list.contains("aten::cudnn_convolution")
+                         & (pl.col("category") == "kernel"))["operator"]) == {"convolution"}
+    # Without op context (the MI300 cut's launches are outside its window): CK's bwd_weight and MIOpen's
+    # bwd/wrw kernels by name.
+    mi300 = ingest_trace(PUBLIC / "resnet_train_mi300_bwd.json.gz").events
+    assert not mi300.filter(pl.col("kernel").str.contains("bwd_weight|igemm_bwd|igemm_wrw") & (pl.col("operator") != "other")).height
+
+
+def test_rocprofv3_json_conserves_time_exactly_and_names_blits():
+    path = PUBLIC / "rocprofv3_mi350x_908.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))["rocprofiler-sdk-tool"][0]
+    dispatches = doc["buffer_records"]["kernel_dispatch"]
+    result = ingest_trace(path)
+    ev = result.events
+    assert ev.height == len(dispatches) + len(doc["buffer_records"]["memory_copy"])
+    assert result.summary["gpu_ns"] == sum(r["end_timestamp"] - r["start_timestamp"] for r in dispatches)
+    blits = ev.filter(pl.col("kernel").str.starts_with("__amd_rocclr_"))
+    assert blits.height and set(blits["operator"]) == {"memcpy", "memset"}
+    assert set(ev["device"]) == {0}  # agent handle -> GPU index
+
+
+def test_nsys_seq_numbers_are_stripped_from_op_names(public_traces, tmp_path):
+    """emit_nvtx with grad mode on writes `aten::mm, seq = 12, op_id = ...`: the same trace with seq
+    numbers added to its op ranges reads to the same op names and operators."""
+    src = public_traces / "nsys-ai/h100_2gpu_1s.sqlite"
+    dst = tmp_path / "with_seq.sqlite"
+    shutil.copy(src, dst)
+    with sqlite3.connect(dst) as conn:
+        conn.execute("UPDATE NVTX_EVENTS SET text = replace(text, ', op_id = ', ', seq = 7, op_id = ') WHERE text LIKE '%, op_id = %'")
+        conn.execute("UPDATE StringIds SET value = replace(value, ', op_id = ', ', seq = 7, op_id = ') WHERE value LIKE '%, op_id = %'")
+    a, b = ingest_trace(src).events, ingest_trace(dst).events
+    assert b["op"].to_list() == a["op"].to_list() and b["operator"].to_list() == a["operator"].to_list()
+    assert not b["op"].drop_nulls().str.contains("seq =").any()
+
+
+def test_graph_tree_capture_sidecar_that_cannot_be_read_warns_and_ingests(tmp_path):
+    """TraceLens' torch.compile layout: capture_traces/execution_details.json {"mode": "FULL"}. A capture
+    trace without a capture window degrades the profile to name rules with a warning naming the file."""
+    shutil.copy(PUBLIC / "falconsai_vit_h100.json.gz", tmp_path / "profile.json.gz")
+    (tmp_path / "capture_traces").mkdir()
+    shutil.copy(PUBLIC / "qwen_h100_first200.json.gz", tmp_path / "capture_traces" / "capture_trace_rank_0.json.gz")
+    (tmp_path / "capture_traces" / "execution_details.json").write_text(
+        json.dumps([{"file": "capture_trace_rank_0.json.gz", "batch_size": 1, "mode": "FULL"}]))
+    with pytest.warns(CaptureWarning, match="capture_trace_rank_0.json.gz"):
+        out = ingest_many([tmp_path / "profile.json.gz"])
+    assert not out.quarantined and out.traces[0].summary["gpu_ns"] == _raw_gpu_ns(tmp_path / "profile.json.gz")
+
+
+def test_cuda_graph_tree_record_range_is_a_capture_window():
+    from ingest.graphs import CAPTURE_WINDOW, _window_size
+    assert CAPTURE_WINDOW.match("CUDAGraphNode.record (dynamo_timed)")
+    assert _window_size("CUDAGraphNode.record (dynamo_timed)@12") is None and _window_size("capture_32_FULL@1") == 32
+
+
+@pytest.mark.parametrize("field", ["stream", "device", "correlation"])
+def test_int64_overflow_quarantines_only_that_trace(tmp_path, field):
+    doc = load(PUBLIC / "falconsai_vit_h100.json.gz")
+    next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")["args"][field] = 2**64 + 5
+    bad = save(doc, tmp_path / "overflow.json.gz")
+    good = PUBLIC / "falconsai_vit_h100.json.gz"
+    out = ingest_many([bad, good])
+    assert [q["path"] for q in out.quarantined] == [str(bad)] and field in out.quarantined[0]["reason"]
+    assert len(out.traces) == 1
+
+
+def test_any_exception_quarantines_only_its_trace(tmp_path, monkeypatch):
+    import ingest.pipeline as pipeline
+
+    real = pipeline.ingest_trace
+
+    def flaky(path, *args, **kwargs):
+        if Path(path).name == "boom.json.gz":
+            raise RuntimeError("a reader bug")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "ingest_trace", flaky)
+    boom = tmp_path / "boom.json.gz"
+    shutil.copy(PUBLIC / "falconsai_vit_h100.json.gz", boom)
+    out = pipeline.ingest_many([boom, PUBLIC / "falconsai_vit_h100.json.gz"])
+    assert out.quarantined == [{"path": str(boom), "reason": "unexpected RuntimeError while ingesting: a reader bug"}]
+    assert len(out.traces) == 1
+
+
+def test_bidirectional_attention_is_no_serving_phase():
+    # A vision/diffusion transformer's SDPA (no cache, no causal mask) is not prefill.
+    assert phase_from_shape("attention_forward", {"num_heads": 12, "head_dim": 64, "seq_lens": [197] * 4}) is None
+    assert phase_from_shape("attention_forward", {"seq_lens": [1] * 4, "kv_lens": [90] * 4}) == "decode"
+    assert phase_from_shape("attention_forward", {"seq_lens": [9], "is_causal": True}) == "prefill"
