@@ -57,6 +57,7 @@ class Cgroup:
         try:
             if (CGROUP_ROOT / "cgroup.controllers").is_file() and "" in own:
                 d = CGROUP_ROOT / own[""].lstrip("/") / name
+                _remove_stale(d.parent)
                 d.mkdir()
                 made["unified"] = d
                 (d / "memory.max").write_text(str(memory_bytes))
@@ -66,6 +67,7 @@ class Cgroup:
                 return cls(made, 2, memory_bytes)
             for controller in ("memory", "pids"):
                 d = CGROUP_ROOT / controller / own.get(controller, "/").lstrip("/") / name
+                _remove_stale(d.parent)
                 d.mkdir()
                 made[controller] = d
             (made["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
@@ -104,6 +106,21 @@ class Cgroup:
         for d in self.dirs.values():
             try:
                 d.rmdir()
+            except OSError:
+                pass
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty cgroups an evaluator that was killed left behind (named after its pid)."""
+    try:
+        names = [p.name for p in parent.iterdir() if p.name.startswith("hotshape-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name.split("-")[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                (parent / name).rmdir()
             except OSError:
                 pass
 
