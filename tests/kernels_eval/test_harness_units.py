@@ -67,6 +67,43 @@ def test_cpu_adoption_needs_own_kernel_and_no_compute_ops():
     assert inductor["native"] is False and inductor["fallbacks"] == ["triton:triton_poi_fused_0 (/tmp/x.py)"]
 
 
+def test_host_escapes_and_threads_on_the_observation_channel_make_a_call_not_native():
+    from kernels_eval.harness.observe import parse_records
+
+    own = [{"name": "k", "file": "/s/rms_norm.py", "owned": True, "count": 1}]
+    seen = parse_records(["op\tmean", "op\tmean", "host\thost compute: numpy via Tensor.numpy()",
+                          "thread\ta thread was started during the call (work)"])
+    assert seen["op"] == {"mean": 2} and not seen["tamper"]
+    v = adoption.cpu_adoption(own, {"copy_": 1}, seen["host"] + seen["thread"])
+    assert v["native"] is False and "host" in v["reason"]
+    assert v["fallbacks"][0] == "host compute: numpy via Tensor.numpy()"
+    # a record the worker never writes (a candidate writing to the pipe, or a torn line) is tampering
+    assert parse_records(["op\tmean", "garbage", "op"])["tamper"] == ["unreadable observation record 'garbage'",
+                                                                       "unreadable observation record 'op'"]
+
+
+def test_observation_channel_sends_each_record_once_per_call_and_dies_when_replaced(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from kernels_eval.harness.observe import Channel
+
+    r, w = os.pipe()
+    ch = Channel(w)
+    ch.send("op", "mean")
+    ch.send("op", "mean")
+    ch.send("host", "host compute: x")
+    os.close(w)
+    assert os.read(r, 4096).decode().splitlines() == ["op\tmean", "host\thost compute: x"]
+    os.close(r)
+    code = ("import os; from kernels_eval.harness.observe import Channel\n"
+            "r, w = os.pipe(); ch = Channel(w); n = os.open(os.devnull, os.O_WRONLY); os.dup2(n, w)\n"
+            "ch.send('op', 'mean'); print('not reached')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 86 and "replaced" in run.stderr and "not reached" not in run.stdout
+
+
 def test_gpu_adoption_is_a_95_percent_time_share_with_fallbacks_named():
     own = [{"name": "rms_norm_kernel", "owned": True}]
     ok = adoption.gpu_adoption({"rms_norm_kernel": 96.0, "[CUDA memset]": 4.0}, own, {})
