@@ -103,7 +103,9 @@ def main() -> int:
         return 2
     release = os.path.abspath(args.release)
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as scratch:
-        argv, env = sandbox.bwrap_command(bwrap, [sys.executable, "-c", PROBE, release, args.device],
+        probe = Path(scratch, "probe.py")  # a file: @triton.jit reads its function's source
+        probe.write_text(PROBE)
+        argv, env = sandbox.bwrap_command(bwrap, [sys.executable, str(probe), release, args.device],
                                           device=args.device, scratch=Path(scratch))
         began = time.monotonic()
         run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)

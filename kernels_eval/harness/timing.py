@@ -205,10 +205,26 @@ def kineto_records(prof) -> dict:
     kinds: dict[str, int] = {}
     rows = []
     for e in prof.profiler.kineto_results.events():
-        kind = e.activity_type()
-        if e.device_type() != DeviceType.CUDA or kind not in GPU_WORK:
+        if e.device_type() != DeviceType.CUDA or e.is_user_annotation():
+            continue
+        kind = _activity_kind(e)
+        if kind not in GPU_WORK:
             continue
         rows.append([int(e.correlation_id()), int(e.linked_correlation_id()), int(e.start_ns()), int(e.end_ns()),
                      int(e.device_resource_id()), names.setdefault(e.name(), len(names)),
                      kinds.setdefault(kind, len(kinds))])
     return {"names": list(names), "kinds": list(kinds), "rows": rows}
+
+
+def _activity_kind(event) -> str:
+    """CUPTI's activity kind ("kernel", "gpu_memcpy", "gpu_memset") of a device record. torch 2.11's _KinetoEvent
+    has no activity_type(): there the kind is read from CUPTI's names ("Memcpy DtoD (...)", "Memset (Device)")."""
+    kind = getattr(event, "activity_type", None)
+    if kind is not None:
+        return kind()
+    name = event.name()
+    if name.startswith(("Memcpy", "[CUDA memcpy")):
+        return "gpu_memcpy"
+    if name.startswith(("Memset", "[CUDA memset")):
+        return "gpu_memset"
+    return "kernel"
