@@ -46,11 +46,14 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
     from kernels_eval.results_schema import next_run
-    from kernels_eval.results_store import Journal, ResultsWriteError, check_out, merge_rows
+    from kernels_eval.results_store import Journal, ResultsWriteError, check_out, journal_runs, merge_rows
 
     out, submission = Path(out), Path(submission)
     check_out(out)
-    key = host_key()
+    try:
+        key = host_key()
+    except ValueError as exc:  # a damaged key file: no row may be signed with it
+        raise ResultsWriteError(str(exc)) from exc
     identity = {"submission": submission.name, "release": release.name,
                 "release_digest": release_identity(release)["release_digest"], "hardware": config.hardware,
                 "device": config.device}
@@ -58,7 +61,8 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     if journal is None:
         if resume:
             print(f"no cut run of {submission.name} to resume beside {out}; starting a new run", file=sys.stderr)
-        config.run = next_run(out, submission.name, config.hardware)
+        config.run = max([next_run(out, submission.name, config.hardware),
+                          *(r + 1 for r in journal_runs(out, submission.name, config.hardware))])
         journal = Journal.create(out, {**identity, "run": config.run, "run_id": new_run_id()})
     else:
         config.run = journal.header["run"]

@@ -209,6 +209,21 @@ class Journal:
             pass  # another run's journal is still there
 
 
+def journal_runs(out: str | Path, submission: str, hardware: str) -> list[int]:
+    """Run indices of the unmerged journals of `submission` on `hardware` beside results file `out` (runs in
+    progress or cut), so that a run started beside them takes the next index."""
+    runs = []
+    for path in sorted(journal_dir(out).glob("*.jsonl")):
+        try:
+            with open(path, "rb") as fh:
+                header = json.loads(fh.readline())
+        except (OSError, ValueError):
+            continue
+        if header.get("submission") == submission and header.get("hardware") == hardware:
+            runs.append(int(header.get("run", 0)))
+    return runs
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
