@@ -180,6 +180,21 @@ class TraceStore:
             return pl.scan_parquet(files)
         return pl.concat([pl.read_parquet(io.BytesIO(self.fs.cat_file(f))) for f in files], how="vertical_relaxed").lazy()
 
+    def conservation(self, trace_id: str) -> dict:
+        """Time conservation of a stored trace, from its written kernel_events against what the reader found
+        in the file when it was parsed (no second parse): passed, and the ns and rows on each side."""
+        from ingest.schema import ATTRIBUTED
+
+        summary = self.summary(trace_id)
+        written = self.scan("kernel_events", [trace_id]).select("dur_ns", "attribution").collect()
+        attributed_ns = int(written.filter(pl.col("attribution").is_in(ATTRIBUTED))["dur_ns"].sum())
+        unattributed_ns = int(written["dur_ns"].sum()) - attributed_ns
+        file_ns = summary.file_gpu_ns
+        return {"passed": attributed_ns + unattributed_ns == file_ns and written.height == summary.file_events,
+                "file_gpu_ns": file_ns, "attributed_ns": attributed_ns, "unattributed_ns": unattributed_ns,
+                "missing_ns": file_ns - attributed_ns - unattributed_ns,
+                "rows_written": written.height, "rows_in_file": summary.file_events}
+
     # ---- writing --------------------------------------------------------------------------------
     def put(self, result) -> TraceSummary:
         """Store one ingested trace (an ingest.pipeline.TraceResult): its tables first, its summary last."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,36 +51,42 @@ class HotshapeStore(dg.ConfigurableResource):
         """The trace file of partition `key`."""
         return Path(self.trace_root) / key
 
+    @property
+    def trace_store_dir(self) -> Path:
+        """The trace store (ingest.store) every asset reads and the kernel_events asset writes: `out/store`."""
+        return Path(self.out) / "store"
+
+    def trace_store(self):
+        """The trace store, opened (ingest.store.TraceStore)."""
+        from ingest.store import TraceStore
+
+        return TraceStore(self.trace_store_dir)
+
+    def trace_id(self, key: str) -> str:
+        """The content address of the trace file behind partition `key` as it is now."""
+        from ingest.tracefile import trace_id_of
+
+        return trace_id_of(self.trace_path(key).read_bytes())
+
     def kernel_events_file(self, trace_id: str) -> Path:
-        """kernel_events of one trace, as `hotshape ingest` names it."""
-        return Path(self.out) / "ingest" / "kernel_events" / f"{trace_id}.parquet"
+        """kernel_events of one trace in the trace store."""
+        return Path(self.trace_store().file("kernel_events", trace_id))
 
     def op_shape_time_file(self, trace_id: str) -> Path:
-        """op_shape_time of one trace."""
-        return Path(self.out) / "ingest" / "op_shape_time" / f"{trace_id}.parquet"
-
-    def summary_file(self, key: str) -> Path:
-        """The ingest summary (a `traces` row) of the trace file behind partition `key`."""
-        return Path(self.out) / "ingest" / "traces" / f"{key}.json"
-
-    def write_summary(self, key: str, summary: dict) -> Path:
-        """Record the summary of partition `key`; the file name follows the partition, not the content."""
-        path = self.summary_file(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-        return path
+        """op_shape_time of one trace in the trace store."""
+        return Path(self.trace_store().file("op_shape_time", trace_id))
 
     def read_summary(self, key: str) -> dict | None:
-        """The summary of partition `key`, or None when it was never ingested."""
-        path = self.summary_file(key)
-        return json.loads(path.read_text()) if path.is_file() else None
+        """The stored summary (a `traces` row) of the trace file behind partition `key`, or None when not stored."""
+        import msgspec
+
+        summary = self.trace_store().summary(self.trace_id(key)) if self.trace_path(key).is_file() else None
+        return None if summary is None else {"path": key, **msgspec.structs.asdict(summary)}
 
     # ---- weights, releases, drift ---------------------------------------------------------------
     @property
     def weights_dir(self) -> Path:
-        """fleet_weights.parquet, hot_problems.parquet and coverage.json of the latest refresh."""
+        """What fleet_weights mined from the store for the latest refresh (release.build.save_mined)."""
         return Path(self.out) / "weights"
 
     @property

@@ -86,6 +86,32 @@ def mine_store(store, fleet, ids: dict[str, str], policy=None, *, unreadable=(),
                  fw, selected, coverage, list(left_out))
 
 
+MINED_FILES = ("traces.parquet", "op_shape_time.parquet", "fleet_weights.parquet", "hot_problems.parquet")
+
+
+def save_mined(mined: Mined, folder: str | Path) -> Path:
+    """Write what `mine_store` found to `folder` (the Dagster fleet_weights asset), for `load_mined`."""
+    from ingest.output import write_parquet_atomic
+
+    folder = Path(folder)
+    frames = (mined.traces, mined.op_shape_time, mined.fleet_weights, mined.selected)
+    for name, frame in zip(MINED_FILES, frames):
+        write_parquet_atomic(frame, folder / name)
+    (folder / "coverage.json").write_text(json.dumps(mined.coverage, indent=2, sort_keys=True) + "\n")
+    (folder / "left_out.json").write_text(json.dumps({"quarantined": mined.quarantined, "left_out": mined.left_out},
+                                                     indent=2, sort_keys=True) + "\n")
+    return folder
+
+
+def load_mined(folder: str | Path, store, fleet) -> Mined:
+    """The Mined that save_mined wrote, its provenance rows again a lazy scan of the trace store."""
+    folder = Path(folder)
+    traces, ost, fw, selected = (pl.read_parquet(folder / name) for name in MINED_FILES)
+    unused = json.loads((folder / "left_out.json").read_text())
+    return Mined(fleet, traces, ost, store.scan("provenance", traces["trace_id"].to_list()), unused["quarantined"],
+                 fw, selected, json.loads((folder / "coverage.json").read_text()), unused["left_out"])
+
+
 def problems_of(selected: pl.DataFrame, key: bytes) -> pl.DataFrame:
     """Selected (operator, shape) rows as problems: id, operator, kwargs split, dtypes, weights."""
     from kernels_eval.registry import split_kwargs
@@ -148,6 +174,13 @@ def secrets_of(fleet, traces: pl.DataFrame, unused: list[dict] = ()) -> list[str
 
 
 # ---- build and refresh ----------------------------------------------------------------------------
+
+def _record_left_out(files: dict, version_info: dict, mined: Mined, version: int) -> None:
+    """Traces read but kept out of weights `version` (a failed check): counted in release.json, named in sealed/."""
+    if mined.left_out:
+        version_info["left_out"] = len(mined.left_out)
+        files[f"sealed/left_out/v{version}.json"] = json_bytes(sorted(mined.left_out, key=lambda q: q["path"]))
+
 
 def _normalised(frame: pl.DataFrame) -> pl.DataFrame:
     for c in WEIGHT_COLUMNS:
@@ -235,6 +268,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     }
     if key_source != "environment":
         files[ids.KEY_FILE] = key.hex().encode() + b"\n"
+    _record_left_out(files, info["weights"][-1], mined, 1)
     return _finish(out, files, info, manifest, {1: weights}, provenance_of(probs, mined),
                    fleet_secrets(mined), replace=False, signing_key=signing_key, wait_s=wait_s) | {"coverage": cov}
 
@@ -315,6 +349,7 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
         "dropped": int((weights["weight"] == 0).sum()), "candidates": cands.height, "drift": drift_file(v)}]
     files = {k: b for k, b in rel.all_files().items() if k not in ("README.md",) and not k.startswith("plots/")}
     files[weights_file(v)] = table_file(weights_file(v), weights, "weights", ("problem_id",))
+    _record_left_out(files, info["weights"][-1], mined, v)
     files[candidates_file(v)] = table_file(candidates_file(v), cands, "candidates", ("operator", "problem_id"))
     files[drift_file(v)] = json_bytes(drift)
     old_roof = rel.sealed("roofline")

@@ -4,9 +4,9 @@ import dagster as dg
 import polars as pl
 
 from pipelines.defs.metadata import markdown_table, png_markdown, svg_markdown
-from pipelines.defs.weighting import fleet_weights, ingested_traces, sums_to_one, weight_sums
+from pipelines.defs.weighting import fleet_weights, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
-from release.build import build_release, refresh_release, secrets_of
+from release.build import build_release, fleet_secrets, load_mined, refresh_release
 from release.bundle import read_release
 from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
 from release.schema import PHASES
@@ -18,12 +18,17 @@ from weighting.fleet import load_fleet
 
 @dg.asset(group_name="release", kinds={"parquet"}, deps=[fleet_weights])
 def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
-    """The release: public manifest and weight versions, sealed provenance and roofline; refreshed to vN+1 once it exists."""
+    """The release: public manifest and weight versions, sealed provenance and roofline; refreshed to vN+1 once it exists.
+
+    Built from what fleet_weights mined from the trace store (no trace is read again); traces whose
+    partition failed its checks are left out, and release.json / sealed/left_out/vN.json say which and why.
+    """
     out, policy = store.release_dir, store.load_policy()
+    mined = _mined(store)
     if (out / "release.json").is_file():
-        summary = refresh_release(out, store.trace_root, store.fleet, policy=policy)
+        summary = refresh_release(out, store.trace_root, store.fleet, policy=policy, mined=mined)
     else:
-        summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy)
+        summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy, mined=mined)
     rel = read_release(out)
     coverage = rel.info["weights"][-1].get("coverage")
     return dg.MaterializeResult(metadata={
@@ -61,11 +66,14 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
     })
 
 
+def _mined(store: HotshapeStore):
+    """What the fleet_weights asset mined from the trace store."""
+    return load_mined(store.weights_dir, store.trace_store(), load_fleet(store.fleet, store.trace_root))
+
+
 def _sealed(store: HotshapeStore, rel) -> set[str]:
     """Every sealed string of the release's lineage: provenance, deployments, models, frameworks, traces."""
-    fleet = load_fleet(store.fleet, store.trace_root)
-    traces, _, _ = ingested_traces(store, fleet)
-    return sealed_strings(rel.sealed("provenance"), secrets_of(fleet, traces))
+    return sealed_strings(rel.sealed("provenance"), fleet_secrets(_mined(store)))
 
 
 # The checks read the files as they are on disk (verify=False): they judge content, and a file edited

@@ -1,4 +1,4 @@
-"""Weighting assets: fleet weights over every ingested trace, the hot problems, and their checks."""
+"""Weighting assets: fleet weights over the trace partitions that passed their checks, the hot problems, and their checks."""
 
 import json
 import math
@@ -6,58 +6,72 @@ import math
 import dagster as dg
 import polars as pl
 
-from ingest.output import write_parquet_atomic
-from ingest.pipeline import traces_frame_from
 from pipelines.defs.ingest import op_shape_time
 from pipelines.defs.metadata import markdown_table, top_operators
 from pipelines.resources import HotshapeStore
 from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
 from weighting.schema import PHASE_WEIGHTS
-from weighting.selection import SUM_TOLERANCE, select_hot
-from weighting.weights import fleet_weights as fleet_weights_of
+from release.build import mine_store, save_mined
+from weighting.selection import SUM_TOLERANCE
 
 
-def ingested_traces(store: HotshapeStore, fleet) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
-    """traces table and op_shape_time of the fleet's traces ingested so far, and the paths not yet ingested."""
-    summaries, missing = [], []
-    for path in sorted(fleet.assignment()):
-        summary = store.read_summary(path)
-        if summary is None or not store.op_shape_time_file(summary["trace_id"]).is_file():
-            missing.append(path)
+GATE = dg.AssetCheckKey(dg.AssetKey("kernel_events"), "gpu_time_conserved")
+
+
+def entering_traces(instance: dg.DagsterInstance, store: HotshapeStore, fleet) -> tuple[dict[str, str], list[dict]]:
+    """File name → trace_id of the fleet's traces whose op_shape_time partition is materialised and whose
+    gpu_time_conserved check passed on its latest kernel_events; the others as {path, trace_id, reason}."""
+    done = instance.get_materialized_partitions(dg.AssetKey("op_shape_time"))
+    checks = {i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info([GATE])}
+    traces = store.trace_store()
+    ids, left_out = {}, []
+    for name in sorted(fleet.assignment()):
+        check = checks.get(name)
+        # AssetCheckExecutionRecordStatus is not exported by dagster 1.13: compared by value.
+        status = check.latest_execution_status.value if check is not None else None
+        trace_id = store.trace_id(name) if store.trace_path(name).is_file() else None
+        if status == "FAILED":
+            reason = "gpu_time_conserved failed"
+        elif name not in done:
+            reason = "op_shape_time not materialised"
+        elif status != "SUCCEEDED":
+            reason = "gpu_time_conserved not run"
+        elif not check.is_current:
+            reason = "gpu_time_conserved not run on the latest kernel_events"
+        elif trace_id is None or traces.summary(trace_id) is None:
+            reason = "file changed since its kernel_events was materialised"
         else:
-            summaries.append(summary)
-    if not summaries:
-        raise dg.Failure(f"none of the {len(missing)} traces {store.fleet} claims has been ingested yet")
-    traces = traces_frame_from(summaries)
-    ost = pl.concat([pl.read_parquet(store.op_shape_time_file(s["trace_id"])) for s in summaries], how="vertical_relaxed")
-    return traces, ost, missing
+            ids[name] = trace_id
+            continue
+        left_out.append({"path": name, "trace_id": trace_id, "reason": reason})
+    if not ids:
+        raise dg.Failure(f"none of the {len(left_out)} traces {store.fleet} claims can enter: {left_out[:3]}")
+    return ids, left_out
 
 
 @dg.asset(group_name="weighting", kinds={"polars", "parquet"}, deps=[op_shape_time])
 def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
-    """Card-hour-weighted fleet GPU time per operator × shape × phase, and the hot problems selected from it."""
+    """Card-hour-weighted fleet GPU time per operator × shape × phase, and the hot problems selected from it,
+    over the trace partitions that passed their checks (computed once; release_bundle builds from it)."""
     fleet = load_fleet(store.fleet, store.trace_root)
-    traces, ost, missing = ingested_traces(store, fleet)
-    weights = fleet_weights_of(ost, traces, fleet)
-    selected, coverage = select_hot(weights, store.load_policy())
-    out = store.weights_dir
-    write_parquet_atomic(weights, out / "fleet_weights.parquet")
-    write_parquet_atomic(selected, out / "hot_problems.parquet")
-    (out / "coverage.json").write_text(json.dumps(coverage, indent=2, sort_keys=True, default=str) + "\n")
+    ids, left_out = entering_traces(context.instance, store, fleet)
+    mined = mine_store(store.trace_store(), fleet, ids, store.load_policy(), left_out=left_out)
+    save_mined(mined, store.weights_dir)
+    selected, coverage = mined.selected, mined.coverage
     ops = top_operators(selected, "weight").rename({"weight": "W_op"}).drop("share")
     shares = concentration(selected)
     return dg.MaterializeResult(metadata={
-        "dagster/row_count": weights.height,
+        "dagster/row_count": mined.fleet_weights.height,
         "problems": selected.height,
         "operators": selected["operator"].n_unique(),
-        "traces_used": traces.height,
-        "traces_not_ingested": dg.MetadataValue.json(missing),
+        "traces_used": mined.traces.height,
+        "traces_left_out": dg.MetadataValue.json({q["path"]: q["reason"] for q in left_out}),
         "coverage_of_fleet": coverage["coverage_of_fleet"],
         "coverage_of_benchmarkable": coverage["coverage_of_benchmarkable"],
         "top_operators": markdown_table(ops),
         "concentration": dg.MetadataValue.json(shares),
-        "path": dg.MetadataValue.path(str(out)),
+        "path": dg.MetadataValue.path(str(store.weights_dir)),
     })
 
 

@@ -57,7 +57,7 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
     weights = _metadata(instance, "fleet_weights")
     selected = pl.read_parquet(store.weights_dir / "hot_problems.parquet")
     assert weights["problems"] == selected.height > 0 and weights["traces_used"] == len(EXAMPLE_KEYS)
-    assert weights["traces_not_ingested"] == []
+    assert weights["traces_left_out"] == {}
     assert "| gemm |" in weights["top_operators"]
 
     rel = read_release(store.release_dir)
@@ -100,3 +100,27 @@ def test_whole_graph_on_postgres_writes_the_same_release(materialized_on_sqlite,
         assert _metadata(instance, "release_bundle")["problems"] == read_release(store.release_dir).manifest.height
     assert summary["checks"] == sqlite_summary["checks"]
     assert read_release(store.release_dir).info["files"] == read_release(sqlite_store.release_dir).info["files"]
+
+
+def _release_files(release) -> dict[str, bytes]:
+    from pathlib import Path
+
+    return {"release.json": (Path(release) / "release.json").read_bytes(), **read_release(release).all_files()}
+
+
+def test_the_cli_builds_byte_for_byte_the_release_the_pipeline_built(materialized_on_sqlite, tmp_path):
+    """One data path: `hotshape build` over its own trace store writes the release the assets wrote."""
+    from release.build import build_release
+
+    store, _, _ = materialized_on_sqlite
+    out = tmp_path / store.release_name
+    build_release(store.trace_root, store.fleet, out, policy=store.load_policy(), store=tmp_path / "cli.store")
+    cli, pipeline = _release_files(out), _release_files(store.release_dir)
+    assert sorted(cli) == sorted(pipeline) and all(cli[k] == pipeline[k] for k in cli), \
+        [k for k in cli if cli[k] != pipeline.get(k)]
+
+
+def test_each_profile_is_parsed_once_per_pipeline_run(materialized_on_sqlite):
+    """Every kernel_events partition parsed its trace; the check and the release read the store only."""
+    store, _, instance = materialized_on_sqlite
+    assert all(_metadata(instance, "kernel_events", key)["parsed"] for key in EXAMPLE_KEYS)

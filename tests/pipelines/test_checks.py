@@ -10,10 +10,12 @@ import pytest
 
 from pipelines.commands import materialize_all
 from pipelines.definitions import ASSETS, CHECKS
-from pipelines.defs import ingest as ingest_defs
+from ingest.pipeline import TraceResult
+from ingest.store import TraceStore
 from pipelines.defs.release import (every_selected_problem_has_roofline, no_sealed_strings_in_public,
                                     release_weights_sum_to_one)
 from pipelines.defs.weighting import coverage_above_floor, hot_problem_weights_sum_to_one
+from release.bundle import read_release
 from tests.pipelines.conftest import QUIET, dense_store, example_store
 
 
@@ -47,21 +49,49 @@ def test_every_check_passes_on_the_examples_but_the_roofline_one_is_judged_elsew
 
 # ---- conservation of GPU time per trace ----------------------------------------------------------
 
+def _lose_a_row(monkeypatch):
+    """The store's writer loses one kernel row of every trace it puts (the summary keeps the file's totals)."""
+    real_put = TraceStore.put
+    monkeypatch.setattr(TraceStore, "put", lambda self, result: real_put(self, TraceResult(result.events.slice(1), result.summary)))
+
+
 def test_gpu_time_conserved_fails_and_blocks_when_a_row_is_lost(tmp_path, monkeypatch):
     """A writer that loses one kernel row: the blocking check fails and op_shape_time never runs."""
-    real_write = ingest_defs.write_parquet_atomic
-    monkeypatch.setattr(ingest_defs, "write_parquet_atomic", lambda frame, path: real_write(frame.slice(1), path))
+    _lose_a_row(monkeypatch)
     store = example_store(tmp_path / "out")
     key = "llama3-8b-compiled/eager.json.gz"
     with dg.instance_for_test() as inst:
         inst.add_dynamic_partitions("trace_files", [key])
         result = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], partition_key=key,
                                 instance=inst, resources={"store": store}, run_config=QUIET, raise_on_error=False)
+        assert key not in inst.get_materialized_partitions(dg.AssetKey("op_shape_time"))
     [evaluation] = result.get_asset_check_evaluations()
     meta = _meta(evaluation)
     assert not evaluation.passed and not result.success
     assert meta["rows_in_file"] - meta["rows_written"] == 1 and meta["missing_ns"] > 0
-    assert not store.op_shape_time_file(store.read_summary(key)["trace_id"]).exists()
+
+
+def test_a_partition_whose_check_failed_is_left_out_of_the_release_with_its_reason(tmp_path, monkeypatch):
+    """One trace's check fails: weights and the release come from the rest, and the release says which and why."""
+    store = dense_store(tmp_path, ["llama3-8b/eager.json.gz", "llama3-8b/graph.json.gz", "llama3-8b-compiled/eager.json.gz"])
+    bad = "llama3-8b/graph.json.gz"
+    with dg.instance_for_test() as inst:
+        for key in store.trace_keys():
+            inst.add_dynamic_partitions("trace_files", [key])
+            with monkeypatch.context() as m:
+                if key == bad:
+                    _lose_a_row(m)
+                dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], partition_key=key,
+                               instance=inst, resources={"store": store}, run_config=QUIET, raise_on_error=False)
+        assert bad not in inst.get_materialized_partitions(dg.AssetKey("op_shape_time"))
+        result = dg.materialize(ASSETS + CHECKS, selection=["fleet_weights", "release_bundle"], instance=inst,
+                                resources={"store": store}, run_config=QUIET, raise_on_error=False)
+        assert result.success
+    rel = read_release(store.release_dir)
+    assert rel.info["weights"][-1]["left_out"] == 1 and rel.info["source"]["profiles"] == 2
+    left_out = json.loads(rel.read_bytes("sealed/left_out/v1.json"))
+    assert [(q["path"], q["reason"]) for q in left_out] == [(bad, "gpu_time_conserved failed")]
+    assert bad not in pl.read_parquet(store.weights_dir / "traces.parquet")["path"].to_list()
 
 
 # ---- weights sum to 1 ------------------------------------------------------------------------------
@@ -76,21 +106,22 @@ def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materializ
     assert _meta(evaluation)["sum_weight"] == pytest.approx(1.001)
 
 
-def test_weights_that_do_not_sum_to_one_stop_the_refresh_before_the_release(materialized_copy, monkeypatch):
+def test_weights_that_do_not_sum_to_one_stop_the_refresh_before_the_release(materialized_on_sqlite, materialized_copy,
+                                                                            monkeypatch):
+    import weighting.selection
     from pipelines.commands import REFRESH
-    from pipelines.defs import weighting as weighting_defs
     from release.bundle import read_release
 
-    real_select = weighting_defs.select_hot
+    real_select = weighting.selection.select_hot
 
     def off_by_a_bit(*args, **kwargs):
         selected, coverage = real_select(*args, **kwargs)
         return selected.with_columns(pl.col("weight") * 0.99), coverage
 
-    monkeypatch.setattr(weighting_defs, "select_hot", off_by_a_bit)
-    with dg.instance_for_test() as inst:
-        result = dg.materialize(ASSETS + CHECKS, selection=REFRESH, instance=inst, run_config=QUIET,
-                                resources={"store": materialized_copy}, raise_on_error=False)
+    monkeypatch.setattr(weighting.selection, "select_hot", off_by_a_bit)
+    _, _, inst = materialized_on_sqlite  # the instance that knows which trace partitions passed their checks
+    result = dg.materialize(ASSETS + CHECKS, selection=REFRESH, instance=inst, run_config=QUIET,
+                            resources={"store": materialized_copy}, raise_on_error=False)
     assert not result.success
     assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] == ["fleet_weights"]
     assert read_release(materialized_copy.release_dir).versions == [1]  # no weights v2 from bad weights
