@@ -179,3 +179,18 @@ def test_cli_build_and_refresh_json(fleet_root, built, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["version"] == 2 and summary["dropped"] == 0 and summary["candidates"] == 0
     assert read_release(out).info["weights"][1]["created"] == "2026-11-30"
+
+
+def test_build_from_an_ingested_store_or_in_parallel_writes_the_same_bytes(fleet_root, built, tmp_path):
+    """`hotshape ingest --out S` then `build --store S` (nothing parsed again), or two workers: the same release."""
+    from ingest.discovery import discover
+    from ingest.output import write_ingest
+    from ingest.store import TraceStore
+
+    root, fleet = fleet_root
+    write_ingest(discover([str(root)]), tmp_path / "ingested", root=root, jobs=1)
+    stored = TraceStore(tmp_path / "ingested").trace_ids()
+    build_release(root, fleet, tmp_path / "a" / "bench", hardware=_hardware(), store=tmp_path / "ingested")
+    assert TraceStore(tmp_path / "ingested").trace_ids() == stored
+    build_release(root, fleet, tmp_path / "b" / "bench", hardware=_hardware(), jobs=2)
+    assert _shas(tmp_path / "a" / "bench") == _shas(built[0]) == _shas(tmp_path / "b" / "bench")

@@ -1,0 +1,144 @@
+"""The trace store: each trace parsed once, the same bytes under two names one profile, capture traces
+parsed once per store, nothing of a trace visible until all of it is written, local and fsspec URLs."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import uuid
+
+import polars as pl
+import pytest
+import yaml
+
+from ingest.output import write_ingest
+from ingest.store import TraceStore
+from ingest.tracefile import trace_id_of
+from tests.conftest import EXAMPLES
+
+TRACES = EXAMPLES / "traces"
+GRAPH = "llama3-8b/graph.json.gz"
+EAGER = "llama3-8b-compiled/eager.json.gz"
+
+
+def _copy(root, rel, as_rel=None):
+    dest = root / (as_rel or rel)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(TRACES / rel, dest)
+    sidecars = (TRACES / rel).parent / "capture_traces"
+    if sidecars.is_dir() and not (dest.parent / "capture_traces").exists():
+        shutil.copytree(sidecars, dest.parent / "capture_traces")
+    return dest
+
+
+def _regzipped(src, dest, mtime):
+    """The same trace text with other gzip header bytes: another profile's file, by content address."""
+    dest.write_bytes(gzip.compress(gzip.decompress(src.read_bytes()), mtime=mtime))
+    return dest
+
+
+def test_a_second_ingest_parses_nothing(tmp_path):
+    paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER)]
+    store = TraceStore(tmp_path / "store")
+    first = store.ingest(paths, jobs=1)
+    second = store.ingest(paths, jobs=1)
+    assert sorted(first.parsed) == sorted(first.ids.values()) and len(first.parsed) == 2
+    assert second.parsed == [] and second.captures_parsed == [] and sorted(second.reused) == sorted(first.parsed)
+    assert store.trace_ids() == sorted(first.parsed)
+
+
+def test_the_same_bytes_under_two_names_are_one_profile_with_both_names(tmp_path):
+    root = tmp_path / "t"
+    a, b = _copy(root, EAGER, "x/a.json.gz"), _copy(root, EAGER, "x/b.json.gz")
+    out = tmp_path / "store"
+    summary = write_ingest([a, b], out, root=root, jobs=1)
+    store = TraceStore(out)
+    tid = trace_id_of(a.read_bytes())
+    assert summary["parsed"] == 1 and [t["trace_id"] for t in summary["traces"]] == [tid]
+    assert store.paths().rows() == [("x/a.json.gz", tid), ("x/b.json.gz", tid)]
+    traces = pl.read_parquet(out / "traces.parquet")
+    assert traces.height == 1 and int(pl.read_parquet(out / "op_shape_time.parquet")["gpu_ns"].sum()) == traces["gpu_ns"][0]
+
+
+def test_a_release_counts_the_same_bytes_under_two_names_once(tmp_path):
+    """Regression: the same trace under two names made build fail ("attributes more ns than its gpu_ns")."""
+    from release.build import build_release
+
+    root = tmp_path / "t"
+    _copy(root, EAGER, "x/a.json.gz"), _copy(root, EAGER, "x/b.json.gz")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"window": {"start": "2026-11-01", "end": "2026-11-30"}, "deployments": [
+        {"id": "d", "model": "m", "framework": "f", "accelerator": "H200", "card_hours": 10, "traces": ["x/*.json.gz"]}]}))
+    summary = build_release(root, fleet, tmp_path / "rel")
+    assert summary["problems"] > 0
+
+
+def test_a_capture_trace_is_parsed_once_per_store(tmp_path):
+    root = tmp_path / "t"
+    graph = _copy(root, GRAPH)
+    store = TraceStore(tmp_path / "store")
+    first = store.ingest([graph], jobs=1)
+    assert len(first.captures_parsed) == 1
+    # Two more profiles of the same deployment, beside the same capture_traces/: no capture parsed again.
+    more = [_regzipped(graph, graph.with_name(f"graph-{i}.json.gz"), mtime=i + 1) for i in range(2)]
+    second = store.ingest(more, jobs=1)
+    assert len(second.parsed) == 2 and second.captures_parsed == [] and second.captures_reused == first.captures_parsed
+    # The graph replays were explained from the stored capture exactly as from the file.
+    by_attribution = [store.summary(t).by_attribution for t in [*first.parsed, *second.parsed]]
+    assert by_attribution[0].get("graph_capture", 0) > 0 and all(b == by_attribution[0] for b in by_attribution)
+
+
+def test_a_killed_ingest_leaves_no_partial_trace(tmp_path, monkeypatch):
+    path = _copy(tmp_path / "t", EAGER)
+    store = TraceStore(tmp_path / "store")
+    real_write, calls = TraceStore._write, []
+
+    def dies_after_the_events(self, target, data):
+        if "/op_shape_time/" in target:
+            raise KeyboardInterrupt  # as if killed between a trace's files
+        calls.append(target)
+        return real_write(self, target, data)
+
+    monkeypatch.setattr(TraceStore, "_write", dies_after_the_events)
+    with pytest.raises(KeyboardInterrupt):
+        store.ingest([path], jobs=1)
+    tid = trace_id_of(path.read_bytes())
+    assert any("/kernel_events/" in c for c in calls)
+    assert not store.has(tid) and store.summary(tid) is None and store.trace_ids() == []
+    monkeypatch.setattr(TraceStore, "_write", real_write)
+    again = store.ingest([path], jobs=1)
+    assert again.parsed == [tid] and store.conservation(tid)["passed"]
+
+
+def test_a_killed_write_leaves_only_a_hidden_temporary_file(tmp_path, monkeypatch):
+    store = TraceStore(tmp_path / "store")
+    monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        store.quarantine("0" * 16, "why")
+    assert [p.name.startswith(".") for p in (tmp_path / "store" / "quarantine").iterdir()] == [True]
+    assert not store.has("0" * 16)
+
+
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_a_store_at_an_fsspec_url(tmp_path, scheme):
+    path = _copy(tmp_path / "t", GRAPH)
+    url = f"memory://store-{uuid.uuid4().hex}" if scheme == "memory" else f"file://{tmp_path / 'store'}"
+    store = TraceStore(url)
+    report = store.ingest([path], ["llama3-8b/graph.json.gz"], jobs=1)
+    [tid] = report.parsed
+    assert store.trace_ids() == [tid] and store.conservation(tid)["passed"]
+    ost = store.scan("op_shape_time", [tid]).collect()
+    assert int(ost["gpu_ns"].sum()) == store.summary(tid).gpu_ns
+    assert TraceStore(url).ingest([path], ["llama3-8b/graph.json.gz"], jobs=1).parsed == []
+    assert store.write_views()["traces"][0]["path"] == "llama3-8b/graph.json.gz"
+
+
+def test_a_quarantined_trace_is_remembered_and_not_read_again(tmp_path):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-6])
+    store = TraceStore(tmp_path / "store")
+    first = store.ingest([bad], jobs=1)
+    tid = trace_id_of(bad.read_bytes())
+    assert first.parsed == [tid] and store.summary(tid) is None and "gzip" in store.quarantine_reason(tid)
+    assert store.ingest([bad], jobs=1).reused == [tid]
+    assert store.quarantined() == [{"path": str(bad), "reason": store.quarantine_reason(tid)}]
