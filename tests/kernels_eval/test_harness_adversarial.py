@@ -93,5 +93,6 @@ def test_eval_and_score_commands(release, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     (s,) = json.loads(run.stdout)["scores"]
-    assert s["evaluated"] == 1 and s["S_agg"] == 0.0 and s["performance_measured"] is False
+    # nothing is timed on CPU: S_agg is not measured (null), never 0
+    assert s["evaluated"] == 1 and s["S_agg"] is None and s["performance_measured"] is False
     assert s["rates"]["native"]["unweighted"] == pytest.approx(1 / len(release.problems))
