@@ -512,8 +512,8 @@ def fill_free_blocks(torch) -> int:
     device = torch.cuda.current_device()
     filled = 0
     for segment in torch.cuda.memory_snapshot():
-        if segment.get("device", device) != device:
-            continue
+        if segment.get("device", device) != device or segment.get("is_expandable"):
+            continue  # an expandable segment's free tail may be unmapped: writing it would fault
         address = int(segment["address"])
         for block in segment.get("blocks", []):
             size = int(block["size"])
