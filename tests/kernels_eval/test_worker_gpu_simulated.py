@@ -43,6 +43,7 @@ class Device:
             device_resource_id = lambda self: 7  # noqa: E731
             name = lambda self: self.n  # noqa: E731
             activity_type = lambda self: "kernel"  # noqa: E731
+            is_user_annotation = lambda self: False  # noqa: E731
 
         class Event:
             def __init__(self, enable_timing=False):
