@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
+import difflib
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Annotated, Iterable
 
+import msgspec
 import yaml
 
 from ingest.discovery import is_profile
@@ -21,6 +25,68 @@ class FleetError(ValueError):
 
 class FleetWarning(UserWarning):
     """fleet.yaml is usable but something looks wrong (e.g. a trace no deployment claims)."""
+
+
+def _doc(text: str) -> msgspec.Meta:
+    return msgspec.Meta(description=text)
+
+
+class WindowSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """The period the fleet's card-hours cover (informational; its end dates a release by default)."""
+
+    start: Annotated[datetime.date | None, _doc("first day of the window")] = None
+    end: Annotated[datetime.date | None, _doc("last day of the window; the default release date")] = None
+
+
+class DeploymentSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """One deployment as fleet.yaml writes it: give `card_hours`, or `cards` and `hours`."""
+
+    id: Annotated[str, _doc("unique name; sealed (never in a release's public files)")]
+    model: Annotated[str, _doc("model served; sealed")]
+    framework: Annotated[str, _doc("serving framework; sealed")]
+    accelerator: Annotated[str, _doc("accelerator name, a key of kernels_eval/hardware.yaml")]
+    traces: Annotated[list[str] | str, _doc("glob(s) of this deployment's trace files, relative to the trace root")]
+    card_hours: Annotated[float | None, _doc("accelerator-hours the deployment ran in the window (card-hours)")] = None
+    cards: Annotated[float | None, _doc("number of accelerators; with `hours` instead of `card_hours`")] = None
+    hours: Annotated[float | None, _doc("hours the cards ran (h); with `cards`")] = None
+    phase_mix: Annotated[
+        dict[str, float] | None,
+        _doc("GPU-time fraction per phase (prefill, decode, mixed) from serving metrics; sums to 1"),
+    ] = None
+
+
+class FleetSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """fleet.yaml: the deployments whose traces a release is mined from."""
+
+    deployments: Annotated[list[DeploymentSpec], _doc("every deployment of the fleet (at least one)")]
+    window: Annotated[WindowSpec | None, _doc("the period the card-hours cover")] = None
+
+
+_SPECS = {"": FleetSpec, "window": WindowSpec, "deployments[]": DeploymentSpec}
+
+
+def fleet_json_schema() -> dict:
+    """The JSON Schema of fleet.yaml (docs/fleet.schema.json is this, committed)."""
+    return msgspec.json.schema(FleetSpec)
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    """msgspec's error as `path: what`, with a suggestion for a misspelt field."""
+    text = str(exc)
+    found = re.fullmatch(r"(.*) - at `\$(.*)`", text, flags=re.S)
+    what, path = (found.group(1), found.group(2).lstrip(".")) if found else (text, "")
+    unknown = re.fullmatch(r"Object contains unknown field `(.*)`", what)
+    if unknown:
+        spec = _SPECS.get(re.sub(r"\[\d+\]", "[]", path))
+        known = spec.__struct_fields__ if spec is not None else ()
+        close = difflib.get_close_matches(unknown.group(1), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else (f" (known: {', '.join(known)})" if known else "")
+        return f"{path + '.' if path else ''}{unknown.group(1)}: unknown field{hint}"
+    missing = re.fullmatch(r"Object missing required field `(.*)`", what)
+    if missing:
+        return f"{path + ': ' if path else ''}missing field '{missing.group(1)}'"
+    what = what[:1].lower() + what[1:]
+    return f"{path}: {what}" if path else what
 
 
 @dataclass(frozen=True)
@@ -124,7 +190,9 @@ def _phase_mix(raw, where: str) -> dict[str, float] | None:
     mix = {}
     for phase, value in raw.items():
         if phase not in PHASES:
-            raise FleetError(f"{where}.phase_mix: unknown phase {phase!r} (known: {', '.join(PHASES)})")
+            close = difflib.get_close_matches(str(phase), PHASES, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise FleetError(f"{where}.phase_mix: unknown phase {phase!r} (known: {', '.join(PHASES)}){hint}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise FleetError(f"{where}.phase_mix.{phase} must be a fraction in [0, 1], got {value!r}")
         mix[phase] = float(value)
@@ -183,7 +251,13 @@ def load_fleet(
         doc = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise FleetError(f"{source}: not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("deployments"), list) or not doc["deployments"]:
+    if not isinstance(doc, dict):
+        raise FleetError(f"{source}: field 'deployments' must be a non-empty list (the file is not a mapping)")
+    try:  # the structure first: an unknown (misspelt) field anywhere is an error, never ignored
+        msgspec.convert(doc, FleetSpec)
+    except msgspec.ValidationError as exc:
+        raise FleetError(f"{source}: {_explain(exc)}") from None
+    if not doc["deployments"]:
         raise FleetError(f"{source}: field 'deployments' must be a non-empty list")
     names = set(accelerators) if accelerators is not None else _hardware_names()
     unknown = [(raw.get("id", f"#{i}"), raw["accelerator"]) for i, raw in enumerate(doc["deployments"])

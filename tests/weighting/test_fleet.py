@@ -89,7 +89,7 @@ def test_not_yaml_and_no_deployments(tmp_path, root):
     with pytest.raises(FleetError, match="not valid YAML"):
         load_fleet(tmp_path / "f.yaml", root, accelerators=ACC)
     (tmp_path / "g.yaml").write_text("window: {}\n")
-    with pytest.raises(FleetError, match=r"g.yaml: field 'deployments'"):
+    with pytest.raises(FleetError, match=r"g.yaml: missing field 'deployments'"):
         load_fleet(tmp_path / "g.yaml", root, accelerators=ACC)
 
 
@@ -124,3 +124,35 @@ def test_fsspec_trace_root(tmp_path, public_traces):
     fleet = load_fleet(path, "memory://hotshape-test/fleet-a", accelerators=ACC)
     assert fleet.assignment() == {"x/one.json.gz": "chat", "x/two.json.gz": "chat", "y/three.json.gz": "deep"}
     assert fleet.unclaimed == ()
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dep(phase_mx={"decode": 1.0}), "deployments[1].phase_mx: unknown field; did you mean phase_mix?"),
+        (dep(card_hour=10, card_hours=None), "deployments[1].card_hour: unknown field; did you mean card_hours?"),
+        (dep(card_hours="lots"), "deployments[1].card_hours: expected `float | null`, got `str`"),
+    ],
+)
+def test_unknown_or_mistyped_fields_are_one_line_errors_with_the_path(tmp_path, root, bad, message):
+    """A typo such as phase_mx once built a different release silently; now it is an error naming the file."""
+    bad = {k: v for k, v in bad.items() if v is not None}
+    with pytest.raises(FleetError) as err:
+        load(tmp_path, root, [dep(id="other", traces=["b/*.json.gz"]), bad])
+    assert str(err.value) == f"{tmp_path / 'fleet.yaml'}: {message}"
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_top_level_and_window_fields(tmp_path, root):
+    path = tmp_path / "f.yaml"
+    path.write_text("deploymnets: []\n")
+    with pytest.raises(FleetError, match=r"f.yaml: deploymnets: unknown field; did you mean deployments\?"):
+        load_fleet(path, root, accelerators=ACC)
+    path.write_text("window: {start: 2026-10-01, ends: 2026-10-31}\ndeployments: []\n")
+    with pytest.raises(FleetError, match=r"window.ends: unknown field; did you mean end\?"):
+        load_fleet(path, root, accelerators=ACC)
+
+
+def test_unknown_phase_suggests_the_nearest(tmp_path, root):
+    with pytest.raises(FleetError, match=r"unknown phase 'decod'.*did you mean decode\?"):
+        load(tmp_path, root, [dep(phase_mix={"prefill": 0.5, "decod": 0.5})])
