@@ -12,8 +12,8 @@ import polars as pl
 import pyarrow as pa
 
 from release import ids
-from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, json_bytes,
-                            read_release, table_file, weights_file, write_bundle)
+from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, intervals_files,
+                            json_bytes, read_release, table_file, weights_file, write_bundle)
 from release.roofline import has_our_roofline, load_hardware_or_none, regained_roofline, roofline_frame, roofline_rows
 from release.schema import PHASES, PROVENANCE
 
@@ -175,6 +175,29 @@ def secrets_of(fleet, traces: pl.DataFrame, unused: list[dict] = ()) -> list[str
 
 # ---- build and refresh ----------------------------------------------------------------------------
 
+def _record_intervals(files: dict, version_info: dict, mined: Mined, problems: pl.DataFrame,
+                      weights: pl.DataFrame, version: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Bootstrap intervals over profiles of weights `version` (weighting.uncertainty.version_intervals) as
+    public/intervals/vN*.parquet; `problems` (problem_id, operator, shape) are those weighted in it."""
+    from weighting.uncertainty import LEVEL, N_BOOT, SEED, version_intervals
+
+    per_problem, per_operator = version_intervals(mined.op_shape_time, mined.traces, mined.fleet,
+                                                  problems.select("operator", "shape"))
+    operator_of = problems.select("problem_id", "operator", "shape").join(per_problem, on=["operator", "shape"])
+    per_problem = weights.select("problem_id", "weight").join(operator_of.drop("shape"), on="problem_id", how="left")
+    per_problem = per_problem.with_columns(pl.col("weight_lo", "weight_hi", "weight_se").fill_null(0.0),
+                                           pl.col("n_profiles", "n_deployments").fill_null(0))
+    w_op = per_problem.group_by("operator").agg(pl.col("weight").sum())
+    per_operator = per_operator.join(w_op, on="operator", how="left").select("operator", "weight", "weight_lo",
+                                                                               "weight_hi", "weight_se")
+    on_problems, on_operators = intervals_files(version)
+    files[on_problems] = table_file(on_problems, per_problem.drop_nulls("operator"), "intervals", ("problem_id",))
+    files[on_operators] = table_file(on_operators, per_operator, "operator_intervals", ("operator",))
+    version_info["intervals"] = {"problems": on_problems, "operators": on_operators, "method": "percentile bootstrap "
+                                 "over profiles within each deployment", "n_boot": N_BOOT, "seed": SEED, "level": LEVEL}
+    return per_problem, per_operator
+
+
 def _record_left_out(files: dict, version_info: dict, mined: Mined, version: int) -> None:
     """Traces read but kept out of weights `version` (a failed check): counted in release.json, named in sealed/."""
     if mined.left_out:
@@ -269,6 +292,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     if key_source != "environment":
         files[ids.KEY_FILE] = key.hex().encode() + b"\n"
     _record_left_out(files, info["weights"][-1], mined, 1)
+    _record_intervals(files, info["weights"][-1], mined, probs, weights, 1)
     return _finish(out, files, info, manifest, {1: weights}, provenance_of(probs, mined),
                    fleet_secrets(mined), replace=False, signing_key=signing_key, wait_s=wait_s) | {"coverage": cov}
 
@@ -317,7 +341,7 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     against vN is written to public/drift/vN+1.json. Traces come from the trace store as in
     build_release (default: default_store(release)): only profiles the store lacks are parsed.
     """
-    from weighting.drift import compare
+    from weighting.drift import beyond_intervals, compare
 
     rel = read_release(release)
     if rel.check.signature != "unsigned" and signing_key is None:
@@ -338,7 +362,8 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     v = rel.versions[-1] + 1
     old_w = rel.weights().join(rel.manifest.select("problem_id", "operator"), on="problem_id")
     new_w = weights.join(rel.manifest.select("problem_id", "operator"), on="problem_id")
-    drift = compare(old_w, new_w).to_dict()
+    report = compare(old_w, new_w)
+    drift = report.to_dict()
     when = _created(created, mined.fleet)
     cov = _coverage(mined.coverage)
     info = {k: v_ for k, v_ in rel.info.items() if k not in ("files", "format")}
@@ -350,6 +375,9 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     files = {k: b for k, b in rel.all_files().items() if k not in ("README.md",) and not k.startswith("plots/")}
     files[weights_file(v)] = table_file(weights_file(v), weights, "weights", ("problem_id",))
     _record_left_out(files, info["weights"][-1], mined, v)
+    intervals = _record_intervals(files, info["weights"][-1], mined, kept.select("problem_id", "operator", "shape"),
+                                  weights, v)
+    drift = beyond_intervals(drift, report, *intervals)
     files[candidates_file(v)] = table_file(candidates_file(v), cands, "candidates", ("operator", "problem_id"))
     files[drift_file(v)] = json_bytes(drift)
     old_roof = rel.sealed("roofline")

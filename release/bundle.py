@@ -49,6 +49,11 @@ def drift_file(version: int) -> str:
     return f"public/drift/v{version}.json"
 
 
+def intervals_files(version: int) -> tuple[str, str]:
+    """Relative paths of the bootstrap intervals of weights version `version`: per problem, per operator."""
+    return f"public/intervals/v{version}.parquet", f"public/intervals/v{version}_operators.parquet"
+
+
 def parquet_bytes(table: pa.Table | pl.DataFrame, name: str, sort_by: tuple[str, ...],
                   compression: str = "zstd") -> bytes:
     """The table as Parquet bytes that depend only on its rows: schema-checked, sorted, no metadata."""
@@ -136,6 +141,8 @@ def _write_tree(tmp: Path, files: dict[str, bytes], info: dict, check, signer) -
         # After the leak check: a signature and a public key carry nothing sealed.
         (tmp / integrity.SIGNATURE_FILE).write_bytes(signer.sign(body))
         (tmp / integrity.PUBLIC_KEY_FILE).write_bytes(signer.public_pem)
+    envelope = {n: (tmp / n).read_bytes() for n in integrity.ENVELOPE if (tmp / n).is_file()}
+    (tmp / integrity.SUMS_FILE).write_bytes(integrity.sha256sums(info["files"], envelope))
     _fsync_tree(tmp)
     marker.unlink()
     layout.fsync_dir(tmp)

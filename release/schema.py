@@ -25,6 +25,21 @@ WEIGHTS = pa.schema(
     + [(f"weight_{p}", pa.float64()) for p in PHASES]
 )
 
+# public/intervals/vN.parquet: per problem of weights vN, the percentile bootstrap interval of its
+# weight over profiles (resampled within each deployment; weighting.uncertainty, seeded), the
+# replicates' standard error, and how many profiles / deployments have time in it. A problem
+# with weight 0 in vN has [0, 0] and 0 support.
+WEIGHT_INTERVALS = pa.schema([
+    ("problem_id", pa.string()), ("operator", pa.string()), ("weight", pa.float64()),
+    ("weight_lo", pa.float64()), ("weight_hi", pa.float64()), ("weight_se", pa.float64()),
+    ("n_profiles", pa.int64()), ("n_deployments", pa.int64()),
+])
+# public/intervals/vN_operators.parquet: the same for W_op, the operator's total weight in vN.
+OPERATOR_INTERVALS = pa.schema([
+    ("operator", pa.string()), ("weight", pa.float64()),
+    ("weight_lo", pa.float64()), ("weight_hi", pa.float64()), ("weight_se", pa.float64()),
+])
+
 # public/candidates/vN.parquet: shapes hot in the traces of vN that the release does not hold,
 # proposed for the next minor release. share = their weight had they been selected.
 CANDIDATES = pa.schema(
@@ -89,6 +104,8 @@ TABLES = {
     "manifest": MANIFEST,
     "weights": WEIGHTS,
     "candidates": CANDIDATES,
+    "intervals": WEIGHT_INTERVALS,
+    "operator_intervals": OPERATOR_INTERVALS,
     "provenance": PROVENANCE,
     "roofline": ROOFLINE,
     "atrex_operators": ATREX_OPERATORS,

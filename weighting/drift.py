@@ -249,3 +249,27 @@ def compare(old: pl.DataFrame, new: pl.DataFrame) -> DriftReport:
         sum_new=sum_new,
         phase_total_variation=phase_tv,
     )
+
+
+def beyond_intervals(drift: dict, report: DriftReport, problems: pl.DataFrame, operators: pl.DataFrame) -> dict:
+    """`drift` (report.to_dict()) with the movements that exceed the new version's bootstrap intervals marked.
+
+    A problem (operator) moved beyond its interval when its old weight lies outside the percentile
+    interval of its new weight (`problems`: problem_id, weight_lo, weight_hi; `operators`: operator,
+    weight_lo, weight_hi): resampling the new version's profiles would rarely give the old weight, so
+    the movement is more than profile-sampling noise.
+    """
+    def beyond(frame: pl.DataFrame, ivals: pl.DataFrame, key: str) -> list[str]:
+        joined = frame.join(ivals.select(key, "weight_lo", "weight_hi"), on=key, how="left").with_columns(
+            pl.col("weight_lo", "weight_hi").fill_null(0.0))
+        out = joined.filter((pl.col("weight_old") < pl.col("weight_lo")) | (pl.col("weight_old") > pl.col("weight_hi")))
+        return out.sort(key)[key].to_list()
+
+    moved = set(beyond(report.problems, problems, "problem_id"))
+    moved_ops = set(beyond(report.operators, operators, "operator"))
+    out = dict(drift)
+    out["top_problem_movers"] = [m | {"beyond_interval": m["problem_id"] in moved} for m in drift["top_problem_movers"]]
+    out["operators"] = [o | {"beyond_interval": o["operator"] in moved_ops} for o in drift["operators"]]
+    out["beyond_interval"] = {"problems": sorted(moved), "operators": sorted(moved_ops),
+                              "rule": "old weight outside the new weight's bootstrap interval (public/intervals/)"}
+    return out

@@ -97,3 +97,35 @@ def operator_intervals(
         "operator": ops, "weight": weight,
         "weight_lo": np.quantile(sums, alpha, axis=0), "weight_hi": np.quantile(sums, 1 - alpha, axis=0),
     })
+
+
+# Every weights version's intervals (release.build): fixed so that the same traces give the same bytes.
+N_BOOT, SEED, LEVEL = 1000, 0, 0.95
+
+
+def version_intervals(
+    op_shape_time: pl.DataFrame, traces: pl.DataFrame, fleet: Fleet, selected: pl.DataFrame,
+    *, n_boot: int = N_BOOT, seed: int = SEED, level: float = LEVEL,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Percentile bootstrap intervals of one weights version from one set of replicates: per problem
+    (operator, shape, weight_lo, weight_hi, weight_se, n_profiles, n_deployments) and per operator
+    (operator, weight_lo, weight_hi, weight_se of W_op)."""
+    reps = bootstrap_replicates(op_shape_time, traces, fleet, selected, n_boot=n_boot, seed=seed)
+    alpha = (1.0 - level) / 2
+
+    def spread(values: np.ndarray) -> dict:
+        se = values.std(axis=0, ddof=1) if n_boot > 1 else np.zeros(values.shape[1])
+        return {"weight_lo": np.quantile(values, alpha, axis=0), "weight_hi": np.quantile(values, 1 - alpha, axis=0),
+                "weight_se": se}
+
+    problems = selected.select("operator", "shape").with_columns(
+        *(pl.Series(k, v, dtype=pl.Float64) for k, v in spread(reps).items()))
+    problems = problems.join(support(op_shape_time, traces, fleet), on=["operator", "shape"], how="left",
+                             maintain_order="left").with_columns(pl.col("n_profiles", "n_deployments").fill_null(0))
+    ops = sorted(set(selected["operator"].to_list()))
+    columns = {o: [i for i, x in enumerate(selected["operator"].to_list()) if x == o] for o in ops}
+    sums = np.stack([reps[:, columns[o]].sum(axis=1) for o in ops], axis=1) if ops else np.zeros((n_boot, 0))
+    operators = pl.DataFrame({"operator": ops, **{k: pl.Series(v, dtype=pl.Float64) for k, v in spread(sums).items()}},
+                             schema={"operator": pl.String, "weight_lo": pl.Float64, "weight_hi": pl.Float64,
+                                     "weight_se": pl.Float64})
+    return problems, operators

@@ -194,3 +194,33 @@ def test_build_from_an_ingested_store_or_in_parallel_writes_the_same_bytes(fleet
     assert TraceStore(tmp_path / "ingested").trace_ids() == stored
     build_release(root, fleet, tmp_path / "b" / "bench", hardware=_hardware(), jobs=2)
     assert _shas(tmp_path / "a" / "bench") == _shas(built[0]) == _shas(tmp_path / "b" / "bench")
+
+
+def test_every_weights_version_carries_bootstrap_intervals_and_drift_marks_what_exceeds_them(
+        public_traces, fleet_root, built, tmp_path):
+    root, fleet = fleet_root
+    rel = read_release(built[0])
+    entry = rel.info["weights"][0]["intervals"]
+    assert entry["problems"] == "public/intervals/v1.parquet" and entry["n_boot"] == 1000 and entry["seed"] == 0
+    per_problem = pl.read_parquet(built[0] / entry["problems"])
+    assert per_problem.select("problem_id", "weight").sort("problem_id").equals(
+        rel.weights(1).select("problem_id", "weight").sort("problem_id"))
+    assert (per_problem["weight_lo"] <= per_problem["weight_hi"]).all() and (per_problem["n_profiles"] >= 1).all()
+    per_operator = pl.read_parquet(built[0] / entry["operators"])
+    assert abs(math.fsum(per_operator["weight"].to_list()) - 1) < 1e-12
+    assert (per_operator["weight_lo"] <= per_operator["weight"] + 1e-12).all()
+
+    shutil.copytree(root, tmp_path / "root")
+    shutil.copytree(built[0], tmp_path / "rel")
+    shutil.copy(public_traces / PREFILL, tmp_path / "root" / "chat" / "prefill-replica1.json.gz")
+    refresh_release(tmp_path / "rel", tmp_path / "root", fleet, hardware=_hardware())
+    rel = read_release(tmp_path / "rel")
+    v2 = pl.read_parquet(tmp_path / "rel" / rel.info["weights"][1]["intervals"]["problems"])
+    assert sorted(v2["problem_id"].to_list()) == sorted(rel.manifest["problem_id"].to_list())
+    drift = rel.drift(2)
+    beyond = set(drift["beyond_interval"]["problems"])
+    for mover in drift["top_problem_movers"]:
+        lo, hi = v2.filter(pl.col("problem_id") == mover["problem_id"]).select("weight_lo", "weight_hi").row(0)
+        assert mover["beyond_interval"] == (not lo <= mover["weight_old"] <= hi) == (mover["problem_id"] in beyond)
+    # Two very different profiles of one deployment: resampling them spans both, so v1 lies inside v2's intervals.
+    assert drift["total_variation"] > 0 and drift["beyond_interval"]["operators"] == []

@@ -108,3 +108,18 @@ def test_two_refreshes_of_the_planted_fleet(planted_fleet, tmp_path):
     allk = sorted(set(o) | set(n))
     assert r.total_variation == pytest.approx(0.5 * sum(abs(o.get(k, 0) - n.get(k, 0)) for k in allk), rel=1e-12)
     assert compare(old, new).problems.equals(r.problems)
+
+
+def test_movements_beyond_the_new_intervals_are_marked():
+    from weighting.drift import beyond_intervals
+
+    old = pl.DataFrame({"problem_id": ["a", "b", "c"], "operator": ["x", "x", "y"], "weight": [0.5, 0.3, 0.2]})
+    new = pl.DataFrame({"problem_id": ["a", "b", "c"], "operator": ["x", "x", "y"], "weight": [0.4, 0.31, 0.29]})
+    report = compare(old, new)
+    problems = pl.DataFrame({"problem_id": ["a", "b", "c"], "weight_lo": [0.35, 0.25, 0.1], "weight_hi": [0.45, 0.35, 0.3]})
+    operators = pl.DataFrame({"operator": ["x", "y"], "weight_lo": [0.6, 0.15], "weight_hi": [0.75, 0.35]})
+    marked = beyond_intervals(report.to_dict(), report, problems, operators)
+    assert marked["beyond_interval"]["problems"] == ["a"]  # 0.5 outside [0.35, 0.45]; b and c inside theirs
+    assert marked["beyond_interval"]["operators"] == ["x"]  # W_x 0.8 outside [0.6, 0.75]
+    assert {m["problem_id"]: m["beyond_interval"] for m in marked["top_problem_movers"]} == {"a": True, "b": False, "c": False}
+    assert {o["operator"]: o["beyond_interval"] for o in marked["operators"]} == {"x": True, "y": False}
