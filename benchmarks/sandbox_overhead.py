@@ -8,13 +8,15 @@ Usage (from the repo root; out/atrex-release from `hotshape import-atrex ../shar
 Each repeat runs the evaluator once sandboxed and once with --no-sandbox, the order alternating between
 repeats (so a machine that gets busier or quieter during the run biases neither side), on the same release,
 submission and device, each into its own fresh results file. The record holds every run's wall time, the
-exact commands and the overhead of the sandboxed side's mean over the unsandboxed side's.
+exact commands and the overhead of the sandboxed side's mean over the unsandboxed side's, in wall time and in
+CPU seconds of the evaluator and everything it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -36,12 +38,17 @@ def eval_command(args: argparse.Namespace, out: Path, sandboxed: bool) -> list[s
     return cmd if sandboxed else [*cmd, "--no-sandbox"]
 
 
-def timed_run(cmd: list[str]) -> tuple[float, int, str]:
-    """(wall seconds, exit status, last line of the output) of one run."""
-    began = time.monotonic()
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_run(cmd: list[str]) -> tuple[float, float, int, str]:
+    """(wall seconds, CPU seconds of the run and every process it reaped, exit status, last output line)."""
+    began, cpu = time.monotonic(), _children_cpu_s()
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     lines = (run.stdout + run.stderr).strip().splitlines()
-    return time.monotonic() - began, run.returncode, lines[-1] if lines else ""
+    return time.monotonic() - began, _children_cpu_s() - cpu, run.returncode, lines[-1] if lines else ""
 
 
 def main() -> int:
@@ -54,30 +61,36 @@ def main() -> int:
     p.add_argument("--out", default=None, help="record file (default: print only)")
     args = p.parse_args()
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     lines = []
     with tempfile.TemporaryDirectory(prefix="sandbox-overhead-") as tmp:
         for repeat in range(args.repeats):
             for sandboxed in ((True, False) if repeat % 2 == 0 else (False, True)):
                 out = Path(tmp) / f"results-{repeat}-{'sandbox' if sandboxed else 'nosandbox'}.parquet"
                 cmd = eval_command(args, out, sandboxed)
-                wall_s, code, last = timed_run(cmd)
+                wall_s, cpu_s, code, last = timed_run(cmd)
                 if code != 0:
                     print(f"failed ({code}): {shlex.join(cmd)}\n{last}", file=sys.stderr)
                     return 1
                 times[sandboxed].append(wall_s)
-                line = f"repeat {repeat} {'sandbox   ' if sandboxed else 'no-sandbox'} {wall_s:8.1f} s  {last}"
+                cpu[sandboxed].append(cpu_s)
+                line = (f"repeat {repeat} {'sandbox   ' if sandboxed else 'no-sandbox'} wall {wall_s:7.1f} s  "
+                        f"cpu {cpu_s:7.1f} s  {last}")
                 lines.append(line)
                 print(line, flush=True)
     mean = {k: statistics.mean(v) for k, v in times.items()}
     overhead = mean[True] / mean[False] - 1
+    mean_cpu = {k: statistics.mean(v) for k, v in cpu.items()}
     head = [f"# sandbox overhead on `hotshape eval` wall time ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f})",
             f"# made by: .venv/bin/python benchmarks/sandbox_overhead.py {shlex.join(sys.argv[1:])}",
             f"# sandboxed run:   {shlex.join(eval_command(args, Path('RESULTS.parquet'), True))}",
             f"# unsandboxed run: {shlex.join(eval_command(args, Path('RESULTS.parquet'), False))}"]
     tail = [f"mean sandbox {mean[True]:.1f} s, no-sandbox {mean[False]:.1f} s: overhead {overhead:+.1%} "
-            f"(runs alternate; min {min(times[True]):.1f} vs {min(times[False]):.1f} s)"]
-    print(tail[0])
+            f"(runs alternate; min {min(times[True]):.1f} vs {min(times[False]):.1f} s)",
+            f"mean CPU time sandbox {mean_cpu[True]:.1f} s, no-sandbox {mean_cpu[False]:.1f} s: "
+            f"{mean_cpu[True] / mean_cpu[False] - 1:+.1%} (CPU seconds move less with the machine's other load)"]
+    print("\n".join(tail))
     if args.out:
         Path(args.out).write_text("\n".join(head + lines + tail) + "\n")
     return 0
