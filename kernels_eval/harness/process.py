@@ -179,6 +179,7 @@ class WorkerProcess:
             _signal([p for p in pids if p != self.proc.pid and _parent(p) == self.proc.pid])
             try:
                 self.proc.wait(timeout=5)
+                pids = set()  # gone with the namespace; their numbers may already be another process's
             except subprocess.TimeoutExpired:
                 pass
         _signal(pids)
