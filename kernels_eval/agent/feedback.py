@@ -1,0 +1,189 @@
+"""`hotshape feedback`: per problem, a structured record for a revising agent — verdict and stage, the first
+correctness mismatch, adoption, per-kernel GPU time, and (with Nsight Compute) each kernel's bound. Roofline
+figures come from the release's sealed part, so they appear only for a maintainer."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from kernels_eval.agent.records import Struct, as_builtins, field
+
+MISMATCH = re.compile(r"^(?P<where>input set \d+, \{.*?\}): (?P<detail>.*)$", re.DOTALL)
+OUTPUT = re.compile(r"output '(?P<name>[^']+)'")
+
+
+class Mismatch(Struct, kw_only=True):
+    """The first failing comparison: where (input set, shape, output) and by how much."""
+
+    where: str
+    output: str | None
+    detail: str
+    max_abs_err: float | None
+
+
+class Adoption(Struct, kw_only=True):
+    """Whose kernels did the work: the file's own @triton.jit functions, and what ran instead of them."""
+
+    native: bool
+    native_fraction: float | None
+    declared_kernels: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
+
+
+class KernelTime(Struct, kw_only=True):
+    """GPU time of one kernel over the evaluator's judged calls (GPU only)."""
+
+    name: str
+    time_us: float
+
+
+class KernelProfile(Struct, kw_only=True):
+    """Nsight Compute's view of one kernel over one call, and the bound it implies."""
+
+    name: str
+    launches: int
+    time_us: float
+    dram_pct: float
+    sm_pct: float
+    occupancy_pct: float | None
+    bound: str  # memory, compute or latency (see ncu.classify)
+
+
+class ProblemFeedback(Struct, kw_only=True):
+    """What a revising agent learns about its file on one problem."""
+
+    problem_id: str
+    operator: str
+    weight: float | None
+    stage: str
+    compiled: bool
+    correct: bool
+    native: bool
+    error: str | None
+    mismatch: Mismatch | None
+    adoption: Adoption
+    t_measured_s: float | None
+    t_event_s: float | None
+    kernels: list[KernelTime] = field(default_factory=list)
+    profile: list[KernelProfile] = field(default_factory=list)
+    note: str | None = None
+    t_roofline_s: float | None = None  # maintainer only
+    roofline_fraction: float | None = None  # maintainer only
+
+
+def first_mismatch(stage: str, error: str | None, max_abs_err: float | None) -> Mismatch | None:
+    """The first correctness failure of a verdict, split into where it happened and what differed."""
+    if stage not in ("correctness", "performance") or not error:
+        return None
+    m = MISMATCH.match(error)
+    where, detail = (m["where"], m["detail"]) if m else ("", error)
+    out = OUTPUT.search(detail)
+    return Mismatch(where=where, output=out["name"] if out else None, detail=detail, max_abs_err=max_abs_err)
+
+
+def kernel_times(verdict: dict) -> list[KernelTime]:
+    """Per-kernel GPU time from the verdict's kernel records, longest first; none where the evaluator gives
+    none (on CPU, or an evaluator without them). Records are {name: µs} or rows with a name and a time."""
+    records = verdict.get("kernels") or verdict.get("kernel_records") or {}
+    if isinstance(records, dict):
+        rows = [{"name": k, "time_us": v} for k, v in records.items()]
+    else:
+        rows = list(records)
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or "name" not in r:
+            continue
+        for key, scale in (("time_us", 1.0), ("us", 1.0), ("total_us", 1.0), ("time_s", 1e6), ("dur_ns", 1e-3),
+                           ("total_ns", 1e-3)):
+            if isinstance(r.get(key), (int, float)):
+                out.append(KernelTime(name=str(r["name"]), time_us=float(r[key]) * scale))
+                break
+    return sorted(out, key=lambda k: -k.time_us)
+
+
+def problem_feedback(row: dict, verdict: dict, *, weight: float | None = None, declared: list[str] = (),
+                     maintainer: bool = False, profile: list[KernelProfile] = ()) -> ProblemFeedback:
+    """The record of one problem from the evaluator's results row and verdict."""
+    stage = row.get("stage") or verdict.get("stage") or "compile"
+    max_err = verdict.get("max_abs_err", row.get("max_abs_err"))
+    note = None
+    if row.get("device") == "cpu":
+        note = "CPU run: smoke shapes through the Triton interpreter; performance not measured"
+    return ProblemFeedback(
+        problem_id=row["problem_id"], operator=row["operator"], weight=weight, stage=stage,
+        compiled=bool(row.get("compiled")), correct=bool(row.get("correct")), native=bool(row.get("native")),
+        error=row.get("error"), mismatch=first_mismatch(stage, row.get("error"), max_err),
+        adoption=Adoption(native=bool(row.get("native")), native_fraction=row.get("native_fraction"),
+                          declared_kernels=list(declared), fallbacks=list(row.get("fallbacks") or [])),
+        t_measured_s=row.get("t_measured_s"), t_event_s=row.get("t_event_s") or verdict.get("t_event_s"),
+        kernels=kernel_times(verdict), profile=list(profile), note=note,
+        t_roofline_s=row.get("t_roofline_s") if maintainer else None,
+        roofline_fraction=row.get("roofline_fraction") if maintainer else None)
+
+
+def public_weights(release_path: str | Path, version: int | None = None) -> dict[str, float]:
+    """problem_id → weight from the release's public weights file (latest version by default); pyarrow only."""
+    import pyarrow.parquet as pq
+
+    root = Path(release_path)
+    info = json.loads((root / "release.json").read_text())
+    versions = sorted(int(v["version"]) for v in info.get("weights", []))
+    if not versions:
+        return {}
+    v = versions[-1] if version is None else int(str(version).lstrip("v"))
+    table = pq.read_table(root / f"public/weights/v{v}.parquet", columns=["problem_id", "weight"])
+    return dict(zip(table.column("problem_id").to_pylist(), table.column("weight").to_pylist()))
+
+
+def evaluate_with_verdicts(submission: str | Path, release, config, ops=None, problems=None):
+    """(rows, {problem_id: verdict}) of one evaluation of the submission (not recorded in any results file)."""
+    from kernels_eval.harness.runner import evaluate
+
+    verdicts: dict[str, dict] = {}
+    rows = evaluate(submission, release, config=config, ops=ops, problems=problems,
+                    progress=lambda p, v: verdicts.__setitem__(p.problem_id, v))
+    return rows, verdicts
+
+
+def submission_feedback(submission: str | Path, release, config, *, ops=None, problems=None, ncu: bool = False,
+                        maintainer: bool = False) -> list[ProblemFeedback]:
+    """Feedback records of a submission on a release's problems (one evaluation; `ncu` adds one profiled
+    run per problem where Nsight Compute is installed and the device is a GPU)."""
+    from kernels_eval.harness.release_view import read_release_view
+    from kernels_eval.harness.submission import jit_function_names, operator_files
+
+    if not hasattr(release, "problems"):
+        release = read_release_view(release)
+    files = operator_files(submission)
+    weights = public_weights(release.path)
+    rows, verdicts = evaluate_with_verdicts(submission, release, config, ops=ops, problems=problems)
+    declared = {op: jit_function_names(f) for op, f in files.items()}
+    by_id = {p["problem_id"]: p for p in release.problems}
+    out = []
+    for row in rows:
+        profile, note = [], None
+        if ncu and config.device != "cuda":
+            note = "--ncu: no GPU here, nothing profiled"
+        elif ncu and row["compiled"] and files.get(row["operator"]):
+            from kernels_eval.agent import ncu as ncu_mod
+
+            p = by_id[row["problem_id"]]
+            try:
+                profile = ncu_mod.profile_problem(files[row["operator"]], row["operator"],
+                                                  json.loads(p["init_kwargs"]), json.loads(p["input_kwargs"]))
+            except ncu_mod.NcuUnavailable as exc:
+                note = f"--ncu: {exc}"
+        record = problem_feedback(row, verdicts.get(row["problem_id"], {}), weight=weights.get(row["problem_id"]),
+                                  declared=declared.get(row["operator"], []), maintainer=maintainer,
+                                  profile=profile)
+        if note:
+            record.note = f"{record.note}; {note}" if record.note else note
+        out.append(record)
+    return out
+
+
+def feedback_json(records: list[ProblemFeedback]) -> str:
+    """The records as one JSON document (a list), for an agent to read."""
+    return json.dumps([as_builtins(r) for r in records], default=str)
