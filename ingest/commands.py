@@ -57,7 +57,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="trace store: a directory or fsspec URL (traces already in it are not parsed again)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.add_argument("--report", action="store_true", help="print top operators, shapes and phases")
-    p.add_argument("--capture", nargs="+", help="graph-capture traces explaining CUDA/HIP-graph replays")
+    # one value per flag: with nargs="+" `--capture C T --out D` took the trace T as a second capture
+    p.add_argument("--capture", action="append", metavar="CAPTURE",
+                   help="a graph-capture trace explaining CUDA/HIP-graph replays (repeat the flag for more)")
     p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
     p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: every core once the input is over 20 MB)")
     p.set_defaults(func=run_ingest)

@@ -36,12 +36,13 @@ class RecordedRun:
 
 
 def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops=None, problems=None,
-                progress=None, resume: bool = False) -> RecordedRun:
+                progress=None, resume: bool = False, on_start=None) -> RecordedRun:
     """A run of SUBMISSION on RELEASE recorded in results file `out`: --out checked first, each row signed
     with the host key and journalled as it is judged, all merged into `out` at the end. `resume` continues
     the latest cut run of the same submission, release and hardware, skipping problems it judged with the
     same files. A ResultsWriteError names the file when something cannot be written (the journal keeps
-    every row judged by then)."""
+    every row judged by then). `progress(row)` hears each row as it is kept; `on_start(n)` how many
+    problems the resumed run had judged."""
     from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_identity
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
@@ -69,8 +70,15 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
         shas = {op: file_sha256(f) for op, f in operator_files(submission).items()}
         journal.rows = {pid: r for pid, r in journal.rows.items() if r["file_sha256"] == shas.get(r["operator"])}
     resumed = len(journal.rows)
-    evaluate(submission, release, config=config, ops=ops, problems=problems, progress=progress,
-             sink=lambda row: journal.append(sign_row(row, key)), skip=set(journal.rows),
+    if on_start is not None:
+        on_start(resumed)
+    def record(row: dict) -> dict:
+        stored = journal.append(sign_row(row, key))
+        if progress is not None:  # from the sink, which hears every row (a missing file's too), as it is kept
+            progress(row)
+        return stored
+
+    evaluate(submission, release, config=config, ops=ops, problems=problems, sink=record, skip=set(journal.rows),
              run_id=journal.header["run_id"])
     rows = list(journal.rows.values())
     try:
@@ -83,14 +91,24 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out as a new run (or the cut one)."""
+    """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out as a new run (or the cut one).
+    Exit 2 for bad input, 1 when no problem passed every stage."""
+    from kernels_eval.eval_progress import EvalProgress
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
     from kernels_eval.harness.runner import EvalConfig, detect_hardware
+    from kernels_eval.run_summary import operator_summaries, passed, summary_lines
+    from kernels_eval.selection import SelectionError, select_problems
 
     try:
         release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
-    except ReleaseViewError as exc:
+        ops, problems = _csv(args.ops), _csv(args.problems)
+        chosen = select_problems(release.problems, release.name, ops, problems)
+    except (ReleaseViewError, SelectionError) as exc:
         print(f"hotshape eval: {exc}", file=sys.stderr)
+        return 2
+    if not Path(args.submission).is_dir():
+        print(f"hotshape eval: {args.submission}: not a directory (a submission is a directory of <operator>.py "
+              f"files)", file=sys.stderr)
         return 2
     print(f"release {args.release}: {release.integrity}", file=sys.stderr)
     device = args.device or _default_device()
@@ -109,33 +127,37 @@ def run_eval(args: argparse.Namespace) -> int:
         config.timing_budget_s = args.timing_budget_s
     config.time_reference = args.time_reference
 
-    def progress(problem, verdict):
-        if not args.json:
-            print(f"{problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} "
-                  f"{(verdict.get('error') or '')[:100]}", file=sys.stderr)
-
+    # stderr only, so --json on stdout stays clean; a bar on a terminal, plain lines into a log with --progress
+    progress = EvalProgress(chosen) if args.progress or sys.stderr.isatty() else None
     try:
-        recorded = evaluate_to(args.out, args.submission, release, config, ops=_csv(args.ops),
-                               problems=_csv(args.problems), progress=progress, resume=args.resume)
+        recorded = evaluate_to(args.out, args.submission, release, config, ops=ops, problems=problems,
+                               progress=progress, resume=args.resume,
+                               on_start=progress.resumed if progress is not None else None)
     except OSError as exc:  # ResultsWriteError and the host key's errors name their file
         print(f"hotshape eval: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if progress is not None:
+            progress.close()
     rows = recorded.rows
     summary = eval_summary(rows)
+    operators = operator_summaries(rows)
+    n_passed = passed(rows)
     if args.json:
         print(json.dumps({"problems": [{k: r[k] for k in PROBLEM_KEYS} for r in rows], "summary": summary,
+                          "operators": [o.as_dict() for o in operators], "passed": n_passed,
                           "resumed": recorded.resumed}, default=str))
     else:
-        by_op: dict[str, dict] = {}
-        for r in rows:
-            by_op.setdefault(r["operator"], r)
-        for op, r in sorted(by_op.items()):
-            print(f"{op:<30} {r['stage']:<11} compiled={r['compiled']!s:<5} correct={r['correct']!s:<5} "
-                  f"native={r['native']!s:<5} {(r['error'] or '')[:120]}")
+        for line in summary_lines(operators):
+            print(line)
         resumed = f" ({recorded.resumed} judged before the cut, kept)" if recorded.resumed else ""
-        print(f"{summary['problems']} problems{resumed}: compile {summary['compile_rate']:.0%}, correct "
-              f"{summary['correct_rate']:.0%}, native {summary['native_rate']:.0%}; results in {args.out}"
-              if rows else "no problems selected")
+        print(f"{summary['problems']} problems{resumed}: {n_passed} done, {len(rows) - n_passed} failed; compile "
+              f"{summary['compile_rate']:.0%}, correct {summary['correct_rate']:.0%}, native "
+              f"{summary['native_rate']:.0%}; results in {args.out}")
+    if rows and n_passed == 0:
+        print(f"hotshape eval: no problem of {args.submission} passed every stage ({len(rows)} judged)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -223,6 +245,8 @@ def register(subparsers) -> None:
     e.add_argument("--logs", help="keep each worker's output in this directory")
     e.add_argument("--resume", action="store_true",
                    help="continue the cut run of this submission into --out (problems already judged are kept)")
+    e.add_argument("--progress", action="store_true",
+                   help="show progress on stderr even when it is not a terminal (one line per problem)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=run_eval)
 

@@ -17,9 +17,26 @@ COMMAND_MODULES = (
 )
 
 
+# Exit statuses every sub-command shares: 1 when the work ran and failed, 2 when the input was wrong.
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def package_version() -> str:
+    """The installed hotshape distribution's version (from its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hotshape")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command that is installed."""
     parser = argparse.ArgumentParser(prog="hotshape", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hotshape {package_version()}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -32,10 +49,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(exc: BaseException) -> tuple[str, int]:
+    """One line saying what went wrong (naming the file where the error knows it) and the exit status."""
+    if isinstance(exc, OSError) and not exc.strerror and len(exc.args) == 1 and isinstance(exc, FileNotFoundError):
+        return f"{exc.args[0]}: no such file or directory", EXIT_BAD_INPUT  # pyarrow's: only the path
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        bad_input = isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError))
+        return f"{exc.filename}: {exc.strerror}", EXIT_BAD_INPUT if bad_input else EXIT_FAILED
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (ValueError, LookupError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return text, EXIT_BAD_INPUT
+    if isinstance(exc, OSError):
+        return text, EXIT_FAILED
+    return f"internal error {type(exc).__name__}: {text} (rerun with --debug for the traceback)", EXIT_FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one sub-command; its exit status."""
+    """Run one sub-command; its exit status (an error is one line on stderr; --debug shows the traceback)."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"hotshape {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the convention: one line, the traceback only on request
+        if args.debug:
+            raise
+        line, status = error_line(exc)
+        print(f"hotshape {args.command}: {line}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":
