@@ -1,0 +1,82 @@
+"""The optimize loop's audit trail: every candidate, its verdicts, timing, feedback and token counts, as
+Parquet (pyarrow only: the loop runs on GPU machines without polars). Rewritten after each iteration, so a
+cut run keeps what it reached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ITERATIONS_FILE = "iterations.parquet"
+PROBLEMS_FILE = "problems.parquet"
+
+ITERATIONS = pa.schema([
+    ("iteration", pa.int32()),  # 0 is the starting file
+    ("context", pa.int32()),  # the proposer's context: +1 after each optimization dropout
+    ("proposer", pa.string()),
+    ("note", pa.string()),  # what the proposer changed and why
+    ("file_sha256", pa.string()),
+    ("source", pa.large_string()),
+    ("evaluated", pa.bool_()),
+    ("accepted", pa.bool_()),
+    ("reason", pa.string()),  # why it was accepted or not
+    ("problems", pa.int32()),
+    ("correct", pa.int32()),
+    ("native", pa.int32()),
+    ("timed", pa.int32()),
+    ("weighted_time_s", pa.float64()),  # Σ w t / Σ w over the operator's problems (GPU only)
+    ("best_weighted_time_s", pa.float64()),  # of the accepted file after this iteration
+    ("s_op", pa.float64()),  # median min(1, roofline fraction) over the problems (GPU; maintainer figure)
+    ("tokens_prompt", pa.int64()),
+    ("tokens_completion", pa.int64()),
+    ("tokens_total", pa.int64()),
+    ("eval_s", pa.float64()),
+    ("dropout", pa.bool_()),  # the proposer's context was restarted after this iteration
+    ("feedback_json", pa.large_string()),  # the feedback records the proposer was given next
+])
+
+PROBLEMS = pa.schema([
+    ("iteration", pa.int32()),
+    ("problem_id", pa.string()),
+    ("weight", pa.float64()),
+    ("stage", pa.string()),
+    ("compiled", pa.bool_()),
+    ("correct", pa.bool_()),
+    ("native", pa.bool_()),
+    ("fallbacks", pa.list_(pa.string())),
+    ("error", pa.string()),
+    ("max_abs_err", pa.float64()),
+    ("t_measured_s", pa.float64()),
+    ("t_event_s", pa.float64()),
+    ("roofline_fraction", pa.float64()),
+])
+
+
+def write_table(rows: list[dict], schema: pa.Schema, path: Path) -> None:
+    """Rows as a Parquet file with exactly `schema`'s columns, written to a temporary name and renamed."""
+    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+class AuditTrail:
+    """The two tables of one optimize run under `root`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.iterations: list[dict] = []
+        self.problems: list[dict] = []
+
+    def add(self, iteration: dict, problems: list[dict]) -> None:
+        """Record one iteration and its per-problem rows, and rewrite both files."""
+        self.iterations.append(iteration)
+        self.problems.extend(problems)
+        self.flush()
+
+    def flush(self) -> None:
+        write_table(self.iterations, ITERATIONS, self.root / ITERATIONS_FILE)
+        write_table(self.problems, PROBLEMS, self.root / PROBLEMS_FILE)
