@@ -1,4 +1,5 @@
-"""`hotshape eval` and `hotshape score`: evaluate a submission against a release; score stored results."""
+"""`hotshape eval`, `score` and `leaderboard`: evaluate a submission against a release; score and rank stored
+results."""
 
 from __future__ import annotations
 
@@ -167,23 +168,70 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run_score(args: argparse.Namespace) -> int:
-    """Score RESULTS under a weights version of RELEASE, from the rows this host signed against it."""
-    from kernels_eval.results_verify import ResultsRejected, check_results
-    from kernels_eval.scoring import score
+def _read_release(command: str, path: str):
+    """The release at `path`, or None after saying why on stderr."""
     from release.bundle import ReleaseError, read_release
 
     try:
-        release = read_release(args.release)
+        release = read_release(path)
     except ReleaseError as exc:
-        print(f"hotshape score: {exc}", file=sys.stderr)
+        print(f"hotshape {command}: {exc}", file=sys.stderr)
+        return None
+    print(f"release {path}: {release.check.summary()}", file=sys.stderr)
+    return release
+
+
+def _results_problem(path: str) -> str | None:
+    """Why `path` cannot be read as a results file (one line naming it), or None when it can."""
+    from kernels_eval.results_schema import read_results
+
+    if not Path(path).is_file():
+        return f"{path}: no such results file"
+    try:
+        read_results(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, or truncated
+        text = " ".join(str(exc).split())
+        return text if text.startswith(str(path)) else f"{path}: not a results file ({text})"
+    return None
+
+
+def _weights_problem(release, version: str | None) -> str | None:
+    """Why `version` names no weights version of `release`, or None when it does."""
+    from release.bundle import ReleaseError
+
+    try:
+        release.weights(version)
+    except (ReleaseError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Score RESULTS under a weights version of RELEASE, from the rows this host signed against it."""
+    from kernels_eval.results_verify import ResultsRejected, check_results
+    from kernels_eval.score_display import score_lines
+    from kernels_eval.scoring import score
+
+    release = _read_release("score", args.release)
+    if release is None:
         return 2
-    print(f"release {args.release}: {release.check.summary()}", file=sys.stderr)
+    problem = _results_problem(args.results) or _weights_problem(release, args.weights)
+    if problem:
+        print(f"hotshape score: {problem}", file=sys.stderr)
+        return 2
     try:
         checked = check_results(args.results, release, submission=args.submission,
                                 exclude_unverified=args.exclude_unverified)
     except ResultsRejected as exc:
         print(f"hotshape score: {exc}", file=sys.stderr)
+        return 2
+    if args.submission is not None and checked.total == 0:
+        from kernels_eval.results_schema import read_results
+        from kernels_eval.selection import did_you_mean
+
+        names = sorted(set(read_results(args.results).column("submission").to_pylist()))
+        print(f"hotshape score: {args.results}: no rows for submission {args.submission!r}"
+              f"{did_you_mean(args.submission, names)}; it has {', '.join(names) or 'no rows'}", file=sys.stderr)
         return 2
     scores = score(checked.rows, release, args.weights)
     notes = []
@@ -195,6 +243,13 @@ def run_score(args: argparse.Namespace) -> int:
         notes.append(f"{checked.earlier_version} rows were made before the release's last refresh (same problems)")
     if checked.unsandboxed:
         notes.append(f"{checked.unsandboxed} rows ran unsandboxed")
+    if args.report:
+        from kernels_eval.report import write_score_report
+        from kernels_eval.scoring import problem_scores, with_release_roofline
+
+        per_problem = problem_scores(with_release_roofline(checked.rows, release)) if checked.rows.height else None
+        written = write_score_report(args.report, scores, per_problem, f"Scores of {args.results} on {release.name}")
+        print(f"report: {written}", file=sys.stderr)
     if args.json:
         print(json.dumps({"scores": scores, "rows": checked.total, "excluded_unverified": checked.unverified,
                           "excluded_other_release": checked.other_release, "unsandboxed": checked.unsandboxed,
@@ -205,19 +260,39 @@ def run_score(args: argparse.Namespace) -> int:
     if not scores:
         print("no verified rows to score")
     for s in scores:
-        fmt = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
-        print(f"{s['submission']} on {s['hardware']} (weights {s['weights_version']}, "
-              f"{s['evaluated']}/{s['problems']} problems evaluated"
-              f"{'' if s['performance_measured'] else ', performance not measured'})")
-        agg = "not measured" if s["S_agg"] is None else f"{s['S_agg']:.4f}"
-        print(f"  S_agg {agg}   per-problem weighted {fmt(s['S_problem_weighted'])}   "
-              + "  ".join(f"S_agg[{p}] {fmt(v)}" for p, v in s["S_agg_phase"].items()))
-        r = s["rates"]
-        print("  rates (unweighted / weighted): " + ", ".join(
-            f"{k} {fmt(v['unweighted'])} / {fmt(v['weighted'])}" for k, v in r.items()))
-        for kind, b in s["bound"].items():
-            print(f"  {kind}-bound: {b['problems']} problems, weight {fmt(b['weight'])}, "
-                  f"weighted S {fmt(b['s_weighted'])}")
+        for line in score_lines(s):
+            print(line)
+    return 0
+
+
+def run_leaderboard(args: argparse.Namespace) -> int:
+    """Rank the submissions of several results files on one release."""
+    from kernels_eval.leaderboard import leaderboard, leaderboard_html, leaderboard_lines, verified_rows
+    from kernels_eval.results_verify import ResultsRejected
+
+    release = _read_release("leaderboard", args.release)
+    if release is None:
+        return 2
+    problem = next(filter(None, map(_results_problem, args.results)), None) or _weights_problem(release, args.weights)
+    if problem:
+        print(f"hotshape leaderboard: {problem}", file=sys.stderr)
+        return 2
+    try:
+        rows, notes = verified_rows(args.results, release, exclude_unverified=args.exclude_unverified)
+    except ResultsRejected as exc:
+        print(f"hotshape leaderboard: {exc}", file=sys.stderr)
+        return 2
+    entries = leaderboard(rows, release, args.weights)
+    if args.html:
+        out = Path(args.html)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(leaderboard_html(entries, f"Leaderboard on {release.name}"), encoding="utf-8")
+        print(f"report: {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"leaderboard": entries, "notes": notes}))
+        return 0
+    for line in notes + leaderboard_lines(entries):
+        print(line)
     return 0
 
 
@@ -257,5 +332,17 @@ def register(subparsers) -> None:
     s.add_argument("--submission", default=None, help="only this submission's rows")
     s.add_argument("--exclude-unverified", action="store_true",
                    help="score without the rows whose signature or release does not verify (default: refuse)")
+    s.add_argument("--report", metavar="FILE.html",
+                   help="also write an offline HTML report (per-operator table, contribution and roofline plots)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_score)
+
+    b = subparsers.add_parser("leaderboard", help="rank several submissions' results on one release")
+    b.add_argument("results", nargs="+", help="results files (any number of submissions each)")
+    b.add_argument("--release", required=True)
+    b.add_argument("--weights", default=None, help="weights version (vN; default: the latest)")
+    b.add_argument("--exclude-unverified", action="store_true",
+                   help="rank without the rows whose signature or release does not verify (default: refuse)")
+    b.add_argument("--html", metavar="FILE.html", help="also write the ranking and S_op matrix as offline HTML")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=run_leaderboard)

@@ -25,10 +25,13 @@ def problem_scores(results: pl.DataFrame) -> pl.DataFrame:
     ok = pl.col("compiled") & pl.col("correct") & pl.col("native")
     timed = pl.col("t_measured_s").is_not_null() & (pl.col("t_measured_s") > 0) & pl.col("t_roofline_s").is_not_null()
     s = pl.when(ok & timed).then(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / pl.col("t_measured_s")))
-    per_run = results.with_columns(s.otherwise(0.0).alias("s_i"))
+    per_run = results.with_columns(s.otherwise(0.0).alias("s_i"),
+                                   pl.when(timed).then(pl.col("t_roofline_s") / pl.col("t_measured_s"))
+                                   .alias("roofline_fraction"))
     return per_run.group_by(["submission", "hardware", "problem_id"]).agg(
         pl.col("operator").first(), pl.col("s_i").median(), pl.col("compiled").all(), pl.col("correct").all(),
         pl.col("native").all(), pl.col("performance_measured").any(), pl.col("run").n_unique().alias("runs"),
+        pl.col("roofline_fraction").median(),  # uncapped, of every timed run; S_i caps it and needs all stages
     )
 
 
@@ -83,6 +86,19 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
+def _operator_row(rows: list[dict], s_op: float | None, total_weight: float) -> dict:
+    """One operator's line of the score table: W_op, S_op, contribution W_op·S_op / ΣW, problems done and
+    failed, the median roofline fraction of its timed problems."""
+    w_op = sum(r["weight"] for r in rows)
+    fractions = [r["roofline_fraction"] for r in rows if r.get("roofline_fraction") is not None]
+    done = sum(bool(r["compiled"] and r["correct"] and r["native"]) for r in rows if r["evaluated"])
+    evaluated = sum(bool(r["evaluated"]) for r in rows)
+    return {"W_op": w_op, "S_op": s_op,
+            "contribution": None if s_op is None or total_weight <= 0 else w_op * s_op / total_weight,
+            "problems": len(rows), "evaluated": evaluated, "done": done, "failed": evaluated - done,
+            "median_roofline_fraction": statistics.median(fractions) if fractions else None}
+
+
 def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.DataFrame, hardware: str) -> dict:
     """The score of one submission on one hardware from its per-problem rows (problem_scores output)."""
     table = (manifest.select("problem_id", "operator")
@@ -121,6 +137,8 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
                           "s_weighted": sum(r["weight"] * r["s_i"] for r in sel) / w if w > 0 else None,
                           "native_rate": sum(bool(r["native"]) for r in sel) / len(sel) if sel else None}
     measured = any(bool(r.get("performance_measured")) for r in rows)
+    total_weight = sum(r["weight"] for r in rows)
+    per_op = {op: _operator_row(rs, s_op[op] if measured else None, total_weight) for op, rs in sorted(ops.items())}
     if not measured:  # nothing timed (CPU): S is unknown, and 0 would read as a measured failure
         s_op = {op: None for op in s_op}
         agg = per_problem_weighted = lambda col: None  # noqa: E731
@@ -138,6 +156,7 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
         "S_problem_weighted_phase": {p: per_problem_weighted(f"weight_{p}") for p in PHASES},
         "S_op": s_op,
         "W_op": {op: sum(r["weight"] for r in rs) for op, rs in sorted(ops.items())},
+        "operators": per_op,
         "rates": {"compile": rate("compiled"), "correct": rate("correct"), "native": rate("native")},
         "bound": by_bound,
     }

@@ -1,0 +1,99 @@
+"""Several submissions ranked on one release: S_agg, per phase, correctness and adoption rates, and S_op per
+operator, from results rows that pass the same verification as `hotshape score`."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import polars as pl
+
+from kernels_eval.results_verify import ROW_KEY, check_results
+from kernels_eval.score_display import NOT_MEASURED, fmt
+from kernels_eval.scoring import score
+
+
+def verified_rows(paths: list[str | Path], release, exclude_unverified: bool = False) -> tuple[pl.DataFrame, list[str]]:
+    """The rows of every results file that may be scored against `release` (each row once), and one note per
+    file that had rows left out; a ResultsRejected as `score` gives it."""
+    frames, notes = [], []
+    for path in paths:
+        checked = check_results(path, release, exclude_unverified=exclude_unverified)
+        left_out = checked.unverified + checked.other_release
+        if left_out:
+            notes.append(f"{path}: {left_out} of {checked.total} rows excluded (signature or release not verified)")
+        if checked.rows.height:
+            frames.append(checked.rows)
+    if not frames:
+        return pl.DataFrame(), notes
+    # the same file named twice, or one run merged into two files, must not count its rows twice
+    return pl.concat(frames, how="vertical_relaxed").unique(subset=list(ROW_KEY), keep="first",
+                                                             maintain_order=True), notes
+
+
+def _rank_key(s: dict) -> tuple:
+    # measured S_agg first (highest first); unmeasured (CPU) runs by the weight they got correct and native
+    return (s["S_agg"] is None, -(s["S_agg"] or 0.0), -s["rates"]["native"]["weighted"],
+            -s["rates"]["correct"]["weighted"], s["submission"], s["hardware"])
+
+
+def leaderboard(rows: pl.DataFrame, release, weights_version=None) -> list[dict]:
+    """One entry per (submission, hardware), best first, each with its rank and its score (scoring.score)."""
+    if rows.height == 0:
+        return []
+    ranked = sorted(score(rows, release, weights_version), key=_rank_key)
+    return [{"rank": i + 1, **s} for i, s in enumerate(ranked)]
+
+
+def leaderboard_lines(entries: list[dict]) -> list[str]:
+    """The ranking as a terminal table, then the S_op matrix (operators by weight, one column per entry)."""
+    if not entries:
+        return ["no verified rows to rank"]
+    phases = list(entries[0]["S_agg_phase"])
+    name = max(len(f"{e['submission']}@{e['hardware']}") for e in entries)
+    lines = [f"{'#':>2}  {'submission@hardware':<{name}}  {'S_agg':>12}  "
+             + "  ".join(f"{'S_' + p:>9}" for p in phases)
+             + f"  {'correct (w)':>11}  {'native (w)':>10}  {'evaluated':>9}"]
+    for e in entries:
+        agg = NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}"
+        lines.append(f"{e['rank']:>2}  {e['submission'] + '@' + e['hardware']:<{name}}  {agg:>12}  "
+                     + "  ".join(f"{fmt(e['S_agg_phase'][p]):>9}" for p in phases)
+                     + f"  {e['rates']['correct']['weighted']:>11.1%}  {e['rates']['native']['weighted']:>10.1%}"
+                     f"  {e['evaluated']:>4}/{e['problems']:<4}")
+    lines += ["", "S_op per operator (heaviest first; columns in rank order):"]
+    weights = entries[0]["W_op"]
+    ops = sorted(weights, key=lambda op: (-weights[op], op))
+    width = max(len(op) for op in ops)
+    lines.append(f"  {'operator':<{width}}  {'W_op':>7}  " + "  ".join(f"{'#' + str(e['rank']):>12}" for e in entries))
+    for op in ops:
+        cells = [NOT_MEASURED if e["S_op"].get(op) is None else f"{e['S_op'][op]:.4f}" for e in entries]
+        lines.append(f"  {op:<{width}}  {weights[op]:>7.4f}  " + "  ".join(f"{c:>12}" for c in cells))
+    return lines
+
+
+def leaderboard_html(entries: list[dict], title: str) -> str:
+    """The ranking and the S_op matrix as one offline HTML page."""
+    from kernels_eval.report import STYLE
+
+    def row(cells, tag="td"):
+        return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
+
+    phases = list(entries[0]["S_agg_phase"]) if entries else []
+    ranking = [row(["#", "submission", "hardware", "S_agg", *(f"S_agg[{p}]" for p in phases), "correct (weighted)",
+                    "native (weighted)", "evaluated"], "th")]
+    for e in entries:
+        ranking.append(row([e["rank"], e["submission"], e["hardware"],
+                            NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}",
+                            *(fmt(e["S_agg_phase"][p]) for p in phases), f"{e['rates']['correct']['weighted']:.1%}",
+                            f"{e['rates']['native']['weighted']:.1%}", f"{e['evaluated']}/{e['problems']}"]))
+    matrix = []
+    if entries:
+        weights = entries[0]["W_op"]
+        matrix.append(row(["operator", "W_op", *(f"#{e['rank']} {e['submission']}" for e in entries)], "th"))
+        for op in sorted(weights, key=lambda op: (-weights[op], op)):
+            matrix.append(row([op, f"{weights[op]:.4f}", *(NOT_MEASURED if e["S_op"].get(op) is None
+                                                          else f"{e['S_op'][op]:.4f}" for e in entries)]))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<h2>Ranking</h2><table>{''.join(ranking)}</table>"
+            f"<h2>S_op per operator</h2><table>{''.join(matrix)}</table></body></html>\n")
