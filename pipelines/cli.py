@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "weighting.commands",
     "release.commands",
     "kernels_eval.commands",
+    "kernels_eval.agent.commands",
     "pipelines.commands",
 )
 
