@@ -144,7 +144,8 @@ def png_text(data: bytes) -> bytes:
 
 
 def _is_text(rel: str) -> bool:
-    return rel.endswith((".md", ".json", ".txt", ".csv", ".yaml", ".html"))
+    # .py: agent workspaces (kernels_eval/agent/workspace.py) carry Python source, searched ignoring case too
+    return rel.endswith((".md", ".json", ".txt", ".csv", ".yaml", ".html", ".py"))
 
 
 def _find(haystack: bytes, needle: str, fold: bool) -> bool:
