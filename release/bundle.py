@@ -135,14 +135,13 @@ def _write_tree(tmp: Path, files: dict[str, bytes], info: dict, check, signer) -
         path.write_bytes(data)
     body = json_bytes(info)
     (tmp / RELEASE_JSON).write_bytes(body)
+    (tmp / integrity.SUMS_FILE).write_bytes(integrity.sha256sums(info["files"], body))
     if check is not None:
         check(tmp)
     if signer is not None:
         # After the leak check: a signature and a public key carry nothing sealed.
         (tmp / integrity.SIGNATURE_FILE).write_bytes(signer.sign(body))
         (tmp / integrity.PUBLIC_KEY_FILE).write_bytes(signer.public_pem)
-    envelope = {n: (tmp / n).read_bytes() for n in integrity.ENVELOPE if (tmp / n).is_file()}
-    (tmp / integrity.SUMS_FILE).write_bytes(integrity.sha256sums(info["files"], envelope))
     _fsync_tree(tmp)
     marker.unlink()
     layout.fsync_dir(tmp)

@@ -14,11 +14,13 @@ from pathlib import Path
 RELEASE_JSON = "release.json"
 SIGNATURE_FILE = "release.sig"
 PUBLIC_KEY_FILE = "release.pub"
+# Every file's sha256 in the layout `sha256sum -c SHA256SUMS` reads, derived from release.json (sha256sums()).
+SUMS_FILE = "SHA256SUMS"
 # Written first into a release being built and removed last: a run killed half way never verifies.
 UNFINISHED_MARKER = ".unfinished"
 FORMAT = "hotshape-release/1"
 # Files of a release that release.json cannot list: itself, and the signature made over it.
-ENVELOPE = (RELEASE_JSON, SIGNATURE_FILE, PUBLIC_KEY_FILE)
+ENVELOPE = (RELEASE_JSON, SIGNATURE_FILE, PUBLIC_KEY_FILE, SUMS_FILE)
 # DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410): the raw 32-byte key follows it.
 _ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
 # A refresh removes the version it replaced; a reader that was inside it reads the new one instead.
@@ -55,6 +57,13 @@ def raw_public_key(pem: bytes, name: str = "public key") -> bytes:
     if len(der) != len(_ED25519_SPKI) + 32 or not der.startswith(_ED25519_SPKI):
         raise IntegrityError(f"{name}: not an Ed25519 public key")
     return der[len(_ED25519_SPKI):]
+
+
+def sha256sums(listed: dict[str, str], release_json: bytes) -> bytes:
+    """SHA256SUMS: `<sha256>  <path>` per file release.json lists, and release.json itself (the signature,
+    made over release.json, covers the rest; a signature stripped or added leaves SHA256SUMS true)."""
+    rows = dict(listed) | {RELEASE_JSON: sha256(release_json)}
+    return "".join(f"{rows[name]}  {name}\n" for name in sorted(rows)).encode()
 
 
 def fingerprint(pem: bytes, name: str = "public key") -> str:
@@ -164,7 +173,11 @@ def _verify(path: Path, root: Path, public_key: bytes | None) -> Verified:
     if problems:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])})" if len(problems) > 1 else ""
         raise IntegrityError(f"{root}/{problems[0]}{more}")
-    return Verified(path=path, root=root, info=info, data=data, **_signature(root, raw, public_key, present))
+    signature = _signature(root, raw, public_key, present)
+    if SUMS_FILE in present:  # optional (releases before it lack it), but never stale
+        if (root / SUMS_FILE).read_bytes() != sha256sums(listed, raw):
+            raise IntegrityError(f"{root}/{SUMS_FILE}: does not match release.json (corrupted or edited)")
+    return Verified(path=path, root=root, info=info, data=data, **signature)
 
 
 def _signature(root: Path, raw: bytes, public_key: bytes | None, present: set[str]) -> dict:

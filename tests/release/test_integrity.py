@@ -16,7 +16,7 @@ import pytest
 
 from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
 from release.bundle import ReleaseError, ReleaseIntegrityError, read_release
-from release.integrity import info_digest, json_bytes
+from release.integrity import SUMS_FILE, info_digest, json_bytes, sha256sums
 
 REPO = Path(__file__).resolve().parents[2]
 WEIGHTS = "public/weights/v1.parquet"
@@ -70,6 +70,13 @@ def _reseal(release: Path) -> None:
     info["files"] = {rel: hashlib.sha256((release / rel).read_bytes()).hexdigest() for rel in info["files"]}
     info["digest"] = info_digest(info)
     (release / "release.json").write_bytes(json_bytes(info))
+    _resum(release)
+
+
+def _resum(release: Path) -> None:
+    """Rewrite SHA256SUMS from release.json, as anyone can."""
+    raw = (release / "release.json").read_bytes()
+    (release / SUMS_FILE).write_bytes(sha256sums(json.loads(raw)["files"], raw))
 
 
 def test_keygen_writes_a_private_key_only_its_owner_reads(keys):
@@ -210,3 +217,19 @@ def test_the_eval_reader_imports_no_polars():
 def test_a_release_path_that_is_not_a_release_is_named(tmp_path):
     with pytest.raises(ReleaseError, match="no release.json"):
         read_release(tmp_path / "nothing")
+
+
+def test_sha256sums_beside_release_json_passes_sha256sum_and_is_checked(signed, tmp_path):
+    """SHA256SUMS lists every listed file and release.json as `sha256sum -c` reads it."""
+    sums = (signed / "SHA256SUMS").read_text()
+    names = [line.split("  ", 1)[1] for line in sums.splitlines()]
+    assert names == sorted(names) and {"release.json", "README.md", WEIGHTS} <= set(names)
+    assert not {"SHA256SUMS", "release.sig", "release.pub"} & set(names)
+    if shutil.which("sha256sum"):
+        done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=signed, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    hotshape("verify", signed, check_rc=0)
+    copy = _copy(signed, tmp_path / "edited")
+    (copy / "SHA256SUMS").write_text(sums.replace(sums[:8], "00000000", 1))
+    with pytest.raises(ReleaseIntegrityError, match="SHA256SUMS: does not match release.json"):
+        read_release(copy)
