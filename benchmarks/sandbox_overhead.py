@@ -9,14 +9,14 @@ Each repeat runs the evaluator once sandboxed and once with --no-sandbox, the or
 repeats (so a machine that gets busier or quieter during the run biases neither side), on the same release,
 submission and device, each into its own fresh results file. The record holds every run's wall time, the
 exact commands and the overhead of the sandboxed side's mean over the unsandboxed side's, in wall time and in
-CPU seconds of the evaluator and everything it started.
+CPU seconds of the evaluator and everything it started (counted by a cpuacct cgroup per run, where one can be
+made).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import statistics
 import subprocess
@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+CGROUP = Path("/sys/fs/cgroup")
 
 
 def eval_command(args: argparse.Namespace, out: Path, sandboxed: bool) -> list[str]:
@@ -38,17 +39,44 @@ def eval_command(args: argparse.Namespace, out: Path, sandboxed: bool) -> list[s
     return cmd if sandboxed else [*cmd, "--no-sandbox"]
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _cpu_cgroup() -> Path | None:
+    """A fresh cpuacct (v1) or cpu (v2) cgroup to run one evaluation in, or None where none can be made. The
+    sandbox's processes are reaped inside their pid namespace, so getrusage of the children misses them; a
+    cgroup counts every process started from inside it."""
+    own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+    name = f"sandbox-overhead-{os.getpid()}-{time.monotonic_ns()}"
+    for base, key in ((CGROUP / "cpuacct", "cpuacct"), (CGROUP / "cpu,cpuacct", "cpu,cpuacct"), (CGROUP, "")):
+        if key in own and base.is_dir():
+            try:
+                d = base / own[key].strip().lstrip("/") / name
+                d.mkdir()
+                return d
+            except OSError:
+                continue
+    return None
 
 
-def timed_run(cmd: list[str]) -> tuple[float, float, int, str]:
-    """(wall seconds, CPU seconds of the run and every process it reaped, exit status, last output line)."""
-    began, cpu = time.monotonic(), _children_cpu_s()
+def _cgroup_cpu_s(d: Path) -> float:
+    if (d / "cpuacct.usage").exists():
+        return int((d / "cpuacct.usage").read_text()) / 1e9
+    stat = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
+    return int(stat["usage_usec"]) / 1e6
+
+
+def timed_run(cmd: list[str]) -> tuple[float, float | None, int, str]:
+    """(wall seconds, CPU seconds of the run and everything it started or None, exit status, last line)."""
+    group = _cpu_cgroup()
+    if group is not None:
+        cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
+    began = time.monotonic()
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    lines = (run.stdout + run.stderr).strip().splitlines()
-    return time.monotonic() - began, _children_cpu_s() - cpu, run.returncode, lines[-1] if lines else ""
+    wall_s = time.monotonic() - began
+    cpu_s = None
+    if group is not None:
+        cpu_s = _cgroup_cpu_s(group)
+        group.rmdir()
+    lines = [line for line in (run.stdout + run.stderr).strip().splitlines() if "problems:" in line]
+    return wall_s, cpu_s, run.returncode, lines[-1] if lines else ""
 
 
 def main() -> int:
@@ -61,7 +89,7 @@ def main() -> int:
     p.add_argument("--out", default=None, help="record file (default: print only)")
     args = p.parse_args()
     times: dict[bool, list[float]] = {True: [], False: []}
-    cpu: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float | None]] = {True: [], False: []}
     lines = []
     with tempfile.TemporaryDirectory(prefix="sandbox-overhead-") as tmp:
         for repeat in range(args.repeats):
@@ -75,12 +103,12 @@ def main() -> int:
                 times[sandboxed].append(wall_s)
                 cpu[sandboxed].append(cpu_s)
                 line = (f"repeat {repeat} {'sandbox   ' if sandboxed else 'no-sandbox'} wall {wall_s:7.1f} s  "
-                        f"cpu {cpu_s:7.1f} s  {last}")
+                        f"cpu {'n/a' if cpu_s is None else f'{cpu_s:7.1f} s'}  {last}")
                 lines.append(line)
                 print(line, flush=True)
     mean = {k: statistics.mean(v) for k, v in times.items()}
     overhead = mean[True] / mean[False] - 1
-    mean_cpu = {k: statistics.mean(v) for k, v in cpu.items()}
+    mean_cpu = {k: statistics.mean(v) if None not in v else None for k, v in cpu.items()}
     head = [f"# sandbox overhead on `hotshape eval` wall time ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f})",
             f"# made by: .venv/bin/python benchmarks/sandbox_overhead.py {shlex.join(sys.argv[1:])}",
@@ -88,6 +116,7 @@ def main() -> int:
             f"# unsandboxed run: {shlex.join(eval_command(args, Path('RESULTS.parquet'), False))}"]
     tail = [f"mean sandbox {mean[True]:.1f} s, no-sandbox {mean[False]:.1f} s: overhead {overhead:+.1%} "
             f"(runs alternate; min {min(times[True]):.1f} vs {min(times[False]):.1f} s)",
+            "no CPU-time cgroup here" if None in mean_cpu.values() else
             f"mean CPU time sandbox {mean_cpu[True]:.1f} s, no-sandbox {mean_cpu[False]:.1f} s: "
             f"{mean_cpu[True] / mean_cpu[False] - 1:+.1%} (CPU seconds move less with the machine's other load)"]
     print("\n".join(tail))
