@@ -49,11 +49,12 @@ def recv(fd: int) -> dict:
 # ---- tensors -------------------------------------------------------------------------------------------
 
 
-def export_tensor(t, directory: str, name: str) -> dict:
-    """A description of tensor `t` another process can open: a file for CPU tensors, an IPC handle for CUDA."""
+def export_tensor(t, directory: str, name: str, cuda_ipc: bool = True) -> dict:
+    """A description of tensor `t` another process can open: a file for CPU tensors, an IPC handle for CUDA
+    (or, with cuda_ipc=False, a host copy in a file that the importer moves back to the tensor's device)."""
     import torch
 
-    if t.device.type == "cuda":
+    if t.device.type == "cuda" and cuda_ipc:
         from torch.multiprocessing.reductions import reduce_tensor
 
         _, args = reduce_tensor(t.detach())
@@ -65,8 +66,8 @@ def export_tensor(t, directory: str, name: str) -> dict:
                 "rc_handle": _b64(rc_handle), "rc_offset": int(rc_offset),
                 "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}
     path = os.path.join(directory, f"{name}.pt")
-    torch.save(t.detach().clone(), path)
-    return {"kind": "file", "path": path}
+    torch.save(t.detach().cpu() if t.device.type == "cuda" else t.detach().clone(), path)
+    return {"kind": "file", "path": path, "device": t.device.type}
 
 
 def _b64(value) -> str | None:
@@ -96,6 +97,10 @@ def import_tensor(desc: dict, directory: str):
         os.unlink(path)
         if type(t) is not torch.Tensor:
             raise ValueError(f"tensor file holds a {type(t).__name__}, not a torch.Tensor")
+        if desc.get("device") == "cuda":
+            t = t.to("cuda")
+        elif desc.get("device") not in (None, "cpu"):
+            raise ValueError(f"unknown tensor device {desc.get('device')!r}")
         return t
     if desc.get("kind") == "cuda_ipc":
         from torch.multiprocessing.reductions import rebuild_cuda_tensor

@@ -163,7 +163,8 @@ class OperatorJudge:
         reply = self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
-                              "gpu_memory_fraction": self.config.gpu_memory_fraction},
+                              "gpu_memory_fraction": self.config.gpu_memory_fraction,
+                              "cuda_ipc": not self.config.sandbox},
                               max(self.config.call_timeout_s, self.config.start_timeout_s))
         if reply.get("ok"):
             self.initialized_with = (id(self.worker), _shape_text(init_kwargs))

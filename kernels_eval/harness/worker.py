@@ -145,6 +145,7 @@ class Worker:
         self.guard: dict = {}
         self.log: LaunchLog | None = None
         self.exchange = ""
+        self.cuda_ipc = True
         self.channel = observe.Channel(-1)
         self.observer: observe.Observer | None = None
         self.audit_class = None
@@ -157,6 +158,9 @@ class Worker:
         torch = self.torch
         self.device = msg["device"]
         self.exchange = msg["exchange"]
+        # CUDA IPC handles cannot be opened across the sandbox's pid/ipc namespaces (seen on H200: "mapping of
+        # buffer object failed" in the parent): a sandboxed worker hands CUDA tensors over as host copies
+        self.cuda_ipc = bool(msg.get("cuda_ipc", True))
         self.outputs = tuple(msg["outputs"])
         if self.module is None:
             from kernels_eval.registry import load_reference
@@ -423,7 +427,7 @@ class Worker:
             self.torch.cuda.synchronize()
 
     def _export(self, t, name: str) -> dict:
-        return channel.export_tensor(t, self.exchange, name)
+        return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc)
 
     def _check_tamper(self, when: str) -> None:
         changed = tampered({k: v for k, v in self.guard.items() if k in GUARDED})
