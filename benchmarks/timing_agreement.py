@@ -97,6 +97,8 @@ def main() -> int:
     ap.add_argument("--release", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--per-op", type=int, default=10)
+    ap.add_argument("--unsandboxed-run", action="store_true",
+                    help="a third evaluator run with --no-sandbox: the sandbox must leave timings within 2%%")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,9 +106,10 @@ def main() -> int:
     problems = {p["problem_id"]: p for p in release.problems}
     chosen = [p["problem_id"] for op in OPS for p in spread(problems_by_size(release, op), args.per_op)]
     runs = []
-    for run in (0, 1):
+    for run in (0, 1, 2) if args.unsandboxed_run else (0, 1):
         t0 = time.monotonic()
-        rows = evaluate(HONEST, release, config=EvalConfig(device="cuda", run=run), ops=list(OPS), problems=chosen)
+        config = EvalConfig(device="cuda", run=run, sandbox=run < 2)
+        rows = evaluate(HONEST, release, config=config, ops=list(OPS), problems=chosen)
         runs.append({r["problem_id"]: r for r in rows})
         log(f"[agreement] evaluator run {run}: {len(rows)} problems in {time.monotonic() - t0:.0f} s")
     table = []
@@ -117,6 +120,10 @@ def main() -> int:
                "event0_s": a.get("t_event_s"), "event1_s": b.get("t_event_s")}
         if a["t_measured_s"] and b["t_measured_s"]:
             row["repeat_diff"] = abs(b["t_measured_s"] - a["t_measured_s"]) / a["t_measured_s"]
+            c = runs[2][pid] if len(runs) > 2 else {}
+            if c.get("t_measured_s"):
+                row["unsandboxed_s"] = c["t_measured_s"]
+                row["sandbox_diff"] = (a["t_measured_s"] - c["t_measured_s"]) / c["t_measured_s"]
             try:
                 row["independent_s"] = independent(a["operator"], problems[pid])
                 row["agreement_diff"] = (a["t_measured_s"] - row["independent_s"]) / row["independent_s"]
@@ -126,17 +133,20 @@ def main() -> int:
         log(f"    {pid} {row['operator']:<13} {row['stage']} t0={_us(row['t0_s'])} t1={_us(row['t1_s'])} "
             f"event={_us(row['event0_s'])} independent={_us(row.get('independent_s'))} "
             f"repeat={_pct(row.get('repeat_diff'))} vs_independent={_pct(row.get('agreement_diff'))} "
+            f"vs_unsandboxed={_pct(row.get('sandbox_diff'))} "
             f"{(row['error'] or '')[:80]}")
     timed = [r for r in table if "agreement_diff" in r]
     doc = {"problems": len(table), "timed": len(timed),
            "repeat_within_2pct": sum(r["repeat_diff"] <= 0.02 for r in timed),
            "agree_within_3pct": sum(abs(r["agreement_diff"]) <= 0.03 for r in timed),
+           "sandbox_within_2pct": sum(abs(r["sandbox_diff"]) <= 0.02 for r in timed if "sandbox_diff" in r),
            "repeat_diff_median": statistics.median([r["repeat_diff"] for r in timed]) if timed else None,
            "agreement_diff_median": statistics.median([r["agreement_diff"] for r in timed]) if timed else None,
            "rows": table}
     (out / "timing_agreement.json").write_text(json.dumps(doc, indent=1, default=str))
     log(f"[agreement] {doc['repeat_within_2pct']}/{len(table)} repeat within 2%, "
-        f"{doc['agree_within_3pct']}/{len(table)} within 3% of the independent span")
+        f"{doc['agree_within_3pct']}/{len(table)} within 3% of the independent span, "
+        f"{doc['sandbox_within_2pct']}/{len(table)} sandboxed within 2% of unsandboxed")
     return 0 if doc["repeat_within_2pct"] == doc["agree_within_3pct"] == len(table) else 1
 
 
