@@ -205,6 +205,25 @@ def _record_left_out(files: dict, version_info: dict, mined: Mined, version: int
         files[f"sealed/left_out/v{version}.json"] = json_bytes(sorted(mined.left_out, key=lambda q: q["path"]))
 
 
+def inputs_file(version: int) -> str:
+    """Sealed record of what each deployment put into weights `version` (it names deployments, so sealed)."""
+    return f"sealed/inputs/v{version}.json"
+
+
+def _record_inputs(files: dict, version_info: dict, mined: Mined, problems: pl.DataFrame, version: int) -> None:
+    """Each deployment's card-hours and trace ids, and its fleet card-hours per problem (`problems`: problem_id,
+    operator, shape), as sealed/inputs/vN.json: what a drift between two versions is explained by."""
+    from weighting.weights import deployment_inputs
+
+    deployments, parts = deployment_inputs(mined.op_shape_time, mined.traces, mined.fleet)
+    parts = parts.join(problems.select("problem_id", "operator", "shape"), on=["operator", "shape"])
+    per_problem: dict[str, dict[str, float]] = {}
+    for pid, dep, hours in parts.sort("problem_id", "deployment").select("problem_id", "deployment", "card_hours").iter_rows():
+        per_problem.setdefault(pid, {})[dep] = hours
+    files[inputs_file(version)] = json_bytes({"deployments": deployments, "problems": per_problem})
+    version_info["inputs"] = inputs_file(version)
+
+
 def _normalised(frame: pl.DataFrame) -> pl.DataFrame:
     for c in WEIGHT_COLUMNS:
         total = math.fsum(frame[c].to_list())
@@ -281,7 +300,8 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
         "coverage": cov, "phase_split": _phase_split(mined.fleet_weights),
         "policy": asdict(policy_used) if is_dataclass(policy_used) else policy_used,
         "weights": [{"version": 1, "file": weights_file(1), "created": when,
-                     "coverage": cov.get("coverage_of_fleet")}],
+                     "coverage": cov.get("coverage_of_fleet"), "coverage_report": cov,
+                     "phase_split": _phase_split(mined.fleet_weights)}],
         "roofline": {"ours": has_our_roofline(roof)},
     }
     files = {
@@ -292,6 +312,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     if key_source != "environment":
         files[ids.KEY_FILE] = key.hex().encode() + b"\n"
     _record_left_out(files, info["weights"][-1], mined, 1)
+    _record_inputs(files, info["weights"][-1], mined, probs, 1)
     _record_intervals(files, info["weights"][-1], mined, probs, weights, 1)
     return _finish(out, files, info, manifest, {1: weights}, provenance_of(probs, mined),
                    fleet_secrets(mined), replace=False, signing_key=signing_key, wait_s=wait_s) | {"coverage": cov}
@@ -369,12 +390,14 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     info = {k: v_ for k, v_ in rel.info.items() if k not in ("files", "format")}
     info["weights"] = list(info.get("weights", [])) + [{
         "version": v, "file": weights_file(v), "created": when, "parent": v - 1,
-        "coverage": cov.get("coverage_of_fleet"),
+        "coverage": cov.get("coverage_of_fleet"), "coverage_report": cov,
+        "phase_split": _phase_split(mined.fleet_weights),
         "hot_weight_covered": math.fsum(kept["weight"].to_list()),
         "dropped": int((weights["weight"] == 0).sum()), "candidates": cands.height, "drift": drift_file(v)}]
     files = {k: b for k, b in rel.all_files().items() if k not in ("README.md",) and not k.startswith("plots/")}
     files[weights_file(v)] = table_file(weights_file(v), weights, "weights", ("problem_id",))
     _record_left_out(files, info["weights"][-1], mined, v)
+    _record_inputs(files, info["weights"][-1], mined, kept.select("problem_id", "operator", "shape"), v)
     intervals = _record_intervals(files, info["weights"][-1], mined, kept.select("problem_id", "operator", "shape"),
                                   weights, v)
     drift = beyond_intervals(drift, report, *intervals)

@@ -1,7 +1,12 @@
-"""The release card: README.md with counts, coverage, top operators, phase split, and PNG plots."""
+"""The release card: README.md with counts, coverage, top operators, phase split, and PNG plots.
+
+Regenerated whole on every build and refresh, from the newest weights version; colours are keyed by
+name (a phase or an operator keeps its colour across versions and releases).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 
@@ -12,6 +17,21 @@ from release.schema import PHASES
 PLOT_OPERATORS = "plots/operator_weights.png"
 PLOT_PHASES = "plots/phase_split.png"
 TOP = 15
+# Paul Tol's colour-blind-safe palettes: phases fixed, operators by a hash of their name (never by rank).
+PHASE_COLOURS = {"prefill": "#228833", "decode": "#ee6677", "mixed": "#ccbb44", "unknown": "#bbbbbb"}
+OPERATOR_PALETTE = ("#4477aa", "#66ccee", "#228833", "#ccbb44", "#ee6677", "#aa3377",
+                    "#332288", "#88ccee", "#44aa99", "#117733", "#999933", "#882255")
+
+
+def operator_colour(operator: str) -> str:
+    """The operator's colour: the same in every version and release."""
+    return OPERATOR_PALETTE[int(hashlib.sha256(operator.encode()).hexdigest()[:8], 16) % len(OPERATOR_PALETTE)]
+
+
+def newest(info: dict) -> dict:
+    """release.json's entry of the newest weights version ({} for a release without one)."""
+    versions = info.get("weights") or []
+    return max(versions, key=lambda v: v["version"]) if versions else {}
 
 
 def operator_table(manifest: pl.DataFrame, weights: pl.DataFrame) -> pl.DataFrame:
@@ -26,10 +46,18 @@ def operator_table(manifest: pl.DataFrame, weights: pl.DataFrame) -> pl.DataFram
 
 
 def phase_split(weights: pl.DataFrame, info: dict) -> dict[str, float]:
-    """Share of fleet time by phase when the build measured it, else the weight of problems with time in each phase."""
-    if info.get("phase_split"):
-        return {k: float(v) for k, v in info["phase_split"].items()}
+    """Share of fleet time by phase as the newest weights version measured it (the build's for releases older than
+    per-version records), else the weight of problems with time in each phase; always in PHASE_COLOURS' order."""
+    measured = newest(info).get("phase_split") or info.get("phase_split")
+    if measured:
+        return {k: float(measured[k]) for k in PHASE_COLOURS if k in measured}
     return {p: math.fsum(weights.filter(pl.col(f"weight_{p}") > 0)["weight"].to_list()) for p in PHASES}
+
+
+def coverage(info: dict) -> dict:
+    """The newest weights version's coverage report (the build's for releases older than per-version records)."""
+    entry = newest(info)
+    return entry.get("coverage_report") or (info.get("coverage") if entry.get("version", 1) == 1 else None) or {}
 
 
 def _png(fig) -> bytes:
@@ -49,14 +77,15 @@ def plots(ops: pl.DataFrame, split: dict[str, float]) -> dict[str, bytes]:
     top = ops.head(TOP)
     fig = Figure(figsize=(8, 0.35 * max(top.height, 3) + 1.2))
     ax = fig.add_subplot()
-    ax.barh(top["operator"].to_list()[::-1], top["W_op"].to_list()[::-1], color="#4477aa")
+    names = top["operator"].to_list()[::-1]
+    ax.barh(names, top["W_op"].to_list()[::-1], color=[operator_colour(n) for n in names])
     ax.set_xlabel("weight W_op (sum of problem weights)")
     ax.set_title(f"Top {top.height} operators by weight")
     fig.tight_layout()
     out = {PLOT_OPERATORS: _png(fig)}
     fig = Figure(figsize=(5, 3))
     ax = fig.add_subplot()
-    ax.bar(list(split), list(split.values()), color=["#228833", "#ee6677", "#ccbb44", "#bbbbbb"][: len(split)])
+    ax.bar(list(split), list(split.values()), color=[PHASE_COLOURS[k] for k in split])
     ax.set_ylabel("share")
     ax.set_title("Phase split")
     fig.tight_layout()
@@ -68,30 +97,56 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.4f}" if isinstance(x, float) else str(x)
 
 
+COVERAGE_MEANING = {
+    "coverage_of_fleet": "selected problems' GPU time / all fleet GPU time (card-hour weighted, attributed or not)",
+    "coverage_of_operator_time": "selected problems' GPU time / GPU time attributed to any operator",
+    "coverage_of_benchmarkable": "selected problems' GPU time / time of operators the evaluator has a reference for",
+    "n_problems": "problems selected", "n_operators": "operators selected",
+    "weight_sum": "sum of the selected weights (1 by construction)",
+}
+
+DEFINITIONS = [
+    "- `w_i` (weight): problem i's share of the selected fleet GPU time, card-hour weighted; Σ w_i = 1.",
+    "- `weight_<phase>`: the same restricted to one serving phase (prefill, decode, mixed); each sums to 1, or is 0.",
+    "- `W_op` = Σ_{i∈op} w_i: the operator's weight.",
+    "- `S_i` = min(1, T_roofline,i / T_measured,i) when compiled, correct and native, else 0.",
+    "- `S_op` = median of S_i over the operator's problems; `S_agg` = Σ_op W_op · S_op (and Σ_i w_i S_i beside it).",
+    "- coverage of fleet: selected problems' time / all fleet GPU time (what the benchmark stands for).",
+    "- coverage of operator time: selected problems' time / GPU time attributed to an operator (what the "
+    "selection kept of what it could see).",
+]
+
+
 def render(info: dict, manifest: pl.DataFrame, weights_by_version: dict[int, pl.DataFrame]) -> str:
-    """README.md text of a release from its public tables and release.json fields."""
+    """README.md text of a release from its public tables and release.json fields, all of the newest weights version."""
     latest = max(weights_by_version)
     weights = weights_by_version[latest]
     ops = operator_table(manifest, weights)
     split = phase_split(weights, info)
-    cov = info.get("coverage") or {}
+    cov = coverage(info)
+    name = info.get("name", "release")
     lines = [
-        f"# {info.get('name', 'release')} — release card",
+        f"# {name} — release card",
         "",
         f"Release {info.get('version')}, created {info.get('created') or 'n/a'}; "
-        f"weights versions {', '.join(f'v{v}' for v in sorted(weights_by_version))} (latest v{latest}).",
+        f"weights versions {', '.join(f'v{v}' for v in sorted(weights_by_version))}. "
+        f"Every figure below is of the newest, v{latest} (created {newest(info).get('created') or 'n/a'}).",
         "",
-        "## Counts",
+        f"## Counts (weights v{latest})",
         "",
-        f"- problems: {manifest.height}",
+        f"- problems: {manifest.height} ({int((weights['weight'] > 0).sum())} with weight in v{latest})",
         f"- operators: {ops.height}",
         *[f"- problems with {p} time: {int((weights[f'weight_{p}'] > 0).sum())}" for p in PHASES],
         "",
-        "## Coverage",
+        f"## Coverage (weights v{latest})",
         "",
     ]
-    if cov:
-        lines += [f"- {k.replace('_', ' ')}: {_fmt(v)}" for k, v in sorted(cov.items()) if not isinstance(v, (dict, list))]
+    shown = {k: v for k, v in sorted(cov.items()) if not isinstance(v, (dict, list))}
+    if shown:
+        lines += [f"- {k.replace('_', ' ')}: {_fmt(v)}" + (f" — {COVERAGE_MEANING[k]}" if k in COVERAGE_MEANING else "")
+                  for k, v in shown.items()]
+    elif newest(info).get("coverage") is not None:
+        lines.append(f"- coverage of fleet: {_fmt(newest(info)['coverage'])} — {COVERAGE_MEANING['coverage_of_fleet']}")
     else:
         lines.append("- not measured (the problems were not selected from traces by this project)")
     lines += ["", f"## Top operators (weights v{latest})", "",
@@ -100,15 +155,32 @@ def render(info: dict, manifest: pl.DataFrame, weights_by_version: dict[int, pl.
     for r in ops.head(TOP).iter_rows(named=True):
         lines.append(f"| {r['operator']} | {r['problems']} | {r['W_op']:.4f} | "
                      + " | ".join(f"{r[p]:.4f}" for p in PHASES) + " |")
+    measured = newest(info).get("phase_split") or info.get("phase_split")
     basis = info.get("phase_split_basis") or (
-        "share of fleet GPU time" if info.get("phase_split") else "weight of problems with time in the phase")
-    lines += ["", f"## Phase split ({basis})", ""]
+        "share of fleet GPU time" if measured else "weight of problems with time in the phase")
+    lines += ["", f"## Phase split (weights v{latest}; {basis})", ""]
     lines += [f"- {p}: {v:.4f}" for p, v in split.items()]
     lines += ["", f"![weight per operator]({PLOT_OPERATORS})", "", f"![phase split]({PLOT_PHASES})", "",
-              "## Weights versions", "", "| version | created | coverage |", "|---|---|---:|"]
+              "Colours are fixed per phase and per operator name, so two versions' plots compare at a glance.", "",
+              "## Metric definitions", "", *DEFINITIONS, "",
+              "## Weights versions", "", "| version | created | coverage of fleet | drift against the one before |",
+              "|---|---|---:|---|"]
     for v in info.get("weights", []):
-        lines.append(f"| v{v['version']} | {v.get('created') or 'n/a'} | {_fmt(v.get('coverage'))} |")
-    lines += ["", "Problem ids are keyed hashes; provenance and roofline targets are sealed and not part of "
+        drift = f"[{v['drift']}]({v['drift']})" if v.get("drift") else "—"
+        lines.append(f"| v{v['version']} | {v.get('created') or 'n/a'} | {_fmt(v.get('coverage'))} | {drift} |")
+    if latest > 1:
+        lines += ["", f"Drift v{latest - 1} → v{latest} as a report with plots and the cause of each large movement "
+                  f"(needs the sealed part): `hotshape drift {name}/public/weights/v{latest - 1}.parquet {name} "
+                  f"--html drift.html`."]
+    lines += ["", "## How to evaluate against this release", "",
+              "1. Check it: `hotshape verify RELEASE` (digest, every file, signature); or `sha256sum -c SHA256SUMS`.",
+              "2. Write one `<operator>.py` per operator in a submission directory, each defining "
+              "`class Model(nn.Module)` (init_kwargs to `__init__`, inputs by name to `forward`).",
+              "3. `hotshape eval SUBMISSION --release RELEASE --device cuda --out results.parquet` "
+              "(on CPU only compile and correctness are judged: nothing is timed, S_agg is not measured).",
+              f"4. `hotshape score results.parquet --release RELEASE --weights v{latest}`.",
+              "",
+              "Problem ids are keyed hashes; provenance and roofline targets are sealed and not part of "
               "the public files.", ""]
     return "\n".join(lines)
 

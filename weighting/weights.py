@@ -174,3 +174,18 @@ def fleet_weights(op_shape_time: pl.DataFrame, traces: pl.DataFrame, fleet: Flee
     )
     out = out.with_columns((pl.col("fleet_card_hours") / fleet_total).alias("fleet_share"))
     return validate(out.sort(*KEY), FLEET_WEIGHTS, "fleet_weights")
+
+
+def deployment_inputs(op_shape_time: pl.DataFrame, traces: pl.DataFrame, fleet: Fleet) -> tuple[dict, pl.DataFrame]:
+    """What each deployment put into the weights: ({id: card_hours, accelerator, trace_ids}, and per deployment ×
+    operator × shape its fleet card-hours Σ_φ card_hours_d · share_d) — the inputs a drift is explained by."""
+    profs = profiles(traces, fleet)
+    dep = deployment_shares(profile_shares(op_shape_time, traces, fleet, profs), profs, fleet)
+    card_hours = {d.id: d.card_hours for d in fleet.deployments}
+    parts = (dep.group_by("deployment", "operator", "shape").agg(pl.col("share").sum())
+             .with_columns((pl.col("share") * pl.col("deployment").replace_strict(card_hours, return_dtype=pl.Float64))
+                           .alias("card_hours")).drop("share").sort("deployment", "operator", "shape"))
+    ids = dict(profs.group_by("deployment").agg(pl.col("trace_id").unique().sort()).iter_rows())
+    deployments = {d.id: {"card_hours": d.card_hours, "accelerator": d.accelerator, "trace_ids": list(ids.get(d.id, []))}
+                   for d in fleet.deployments}
+    return deployments, parts

@@ -224,3 +224,40 @@ def test_every_weights_version_carries_bootstrap_intervals_and_drift_marks_what_
         assert mover["beyond_interval"] == (not lo <= mover["weight_old"] <= hi) == (mover["problem_id"] in beyond)
     # Two very different profiles of one deployment: resampling them spans both, so v1 lies inside v2's intervals.
     assert drift["total_variation"] > 0 and drift["beyond_interval"]["operators"] == []
+
+
+def test_card_after_refresh_shows_the_newest_versions_numbers(public_traces, fleet_root, built, tmp_path):
+    """Once the Coverage and Phase-split sections kept v1's numbers under a v2 header."""
+    from release.card import PHASE_COLOURS, operator_colour
+
+    root, fleet = fleet_root
+    shutil.copytree(root, tmp_path / "root")
+    shutil.copytree(built[0], tmp_path / "rel")
+    # Twice the chat deployment's card-hours and a prefill trace: v2's coverage and phase split differ from v1's.
+    doc = yaml.safe_load(fleet.read_text())
+    doc["deployments"][0]["card_hours"] *= 2
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    shutil.copy(public_traces / PREFILL, tmp_path / "root" / "chat" / "prefill-replica1.json.gz")
+    refresh_release(tmp_path / "rel", tmp_path / "root", tmp_path / "fleet.yaml", hardware=_hardware())
+    rel = read_release(tmp_path / "rel")
+    v1, v2 = rel.info["weights"]
+    assert v1["phase_split"] != v2["phase_split"] and v1["coverage_report"] != v2["coverage_report"]
+    card = (tmp_path / "rel" / "README.md").read_text()
+    coverage = card.split("## Coverage (weights v2)")[1].split("##")[0]
+    split = card.split("## Phase split (weights v2;")[1].split("##")[0]
+    assert f"coverage of fleet: {v2['coverage_report']['coverage_of_fleet']:.4f}" in coverage
+    assert f"coverage of fleet: {v1['coverage_report']['coverage_of_fleet']:.4f}" not in coverage
+    for phase, share in v2["phase_split"].items():
+        assert f"- {phase}: {share:.4f}" in split
+    order = [line.split(":")[0][2:] for line in split.strip().splitlines() if line.startswith("- ")]
+    assert order == [p for p in PHASE_COLOURS if p in v2["phase_split"]]  # one order in every version
+    assert "[public/drift/v2.json](public/drift/v2.json)" in card and "--html drift.html" in card
+    assert "## How to evaluate against this release" in card and "## Metric definitions" in card
+    assert "coverage of operator time:" in card
+    # The operator colour is a function of the name alone.
+    assert operator_colour("rms_norm") == operator_colour("rms_norm") and len({operator_colour(o) for o in
+                                                                             ("rms_norm", "gemm", "silu_and_mul")}) > 1
+    # What each deployment put into v2 is recorded, sealed: the drift's causes are read from it.
+    inputs = json.loads(rel.read_bytes("sealed/inputs/v2.json"))
+    assert inputs["deployments"]["chat-qwen3-8b-prod"]["card_hours"] == 2 * 46080
+    assert len(inputs["deployments"]["chat-qwen3-8b-prod"]["trace_ids"]) == 2
