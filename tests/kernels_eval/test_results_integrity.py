@@ -118,7 +118,7 @@ def test_rows_survive_a_sigkill_and_resume_judges_only_the_rest(release, tmp_pat
     key = host_key(create=False)
     assert all(row_verifies(r, key) for r in kept)
 
-    done = evaluate(release, out, TWO_OPS, "--resume")
+    done = evaluate(release, out, TWO_OPS, "--resume", "--progress")  # a line per problem judged, on stderr
     assert done.returncode == 0, done.stderr
     judged_again = {line.split()[0] for line in progress_lines(done.stderr, "rms_norm")}
     assert not judged_again & {r["problem_id"] for r in kept}
