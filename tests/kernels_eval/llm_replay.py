@@ -24,7 +24,7 @@ class ReplayServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(min(length, MAX_BODY)) or b"{}")
                 owner.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                ok = self.path.endswith("/chat/completions") and "messages" in body and owner.responses
+                ok = self.path.endswith("/chat/completions") and "messages" in body and bool(owner.responses)
                 reply = owner.responses.pop(0) if ok else {"error": {"message": "no recorded response left"}}
                 data = json.dumps(reply).encode()
                 self.send_response(200 if ok else 503)

@@ -1,0 +1,115 @@
+"""The optimize loop on CPU: the search proposer runs end to end (records every candidate, accepts nothing and
+says why), the llm proposer's loop runs against a replayed endpoint on 127.0.0.1 (token counts recorded,
+feedback and knowledge in its prompts), and optimization dropout restarts the proposer after K stale
+iterations. Acceptance itself (GPU timings) is a pure decision tested on rows."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kernels_eval.agent import optimize as opt
+from kernels_eval.agent.proposers.search import SearchProposer, rewrite, tunable_sites
+
+from .llm_replay import ReplayServer, recorded_responses
+
+REFERENCE = Path(__file__).resolve().parents[2] / "examples" / "submissions" / "triton_reference"
+
+
+@pytest.fixture(scope="module")
+def release(atrex_dir, tmp_path_factory):
+    from kernels_eval.harness.release_view import read_release_view
+    from release.atrex import import_atrex
+
+    out = tmp_path_factory.mktemp("optimize") / "release"
+    import_atrex(atrex_dir, out)
+    return read_release_view(out)
+
+
+def _config():
+    from kernels_eval.harness.runner import EvalConfig
+
+    return EvalConfig(device="cpu", call_timeout_s=30.0)
+
+
+def test_search_runs_end_to_end_on_cpu_records_and_accepts_nothing(release, tmp_path):
+    summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", SearchProposer(), _config(),
+                           tmp_path / "out", budget=2, dropout_after=5)
+    assert summary["iterations"] == 2 and summary["accepted"] == [] and summary["note"] == opt.CPU_REASON
+    it = pq.read_table(tmp_path / "out" / "iterations.parquet").to_pylist()
+    assert [r["iteration"] for r in it] == [0, 1, 2] and not any(r["accepted"] for r in it)
+    assert all(r["reason"] == opt.CPU_REASON and r["correct"] == r["problems"] == 56 for r in it)
+    assert len({r["file_sha256"] for r in it}) == 3 and all(" -> " in r["note"] for r in it[1:])
+    assert json.loads(it[1]["feedback_json"])[0]["stage"] == "done"
+    assert pq.read_table(tmp_path / "out" / "problems.parquet").num_rows == 3 * 56
+    assert (tmp_path / "out" / "rms_norm.py").read_text() == (REFERENCE / "rms_norm.py").read_text()
+
+
+def test_dropout_restarts_the_proposer_after_k_stale_iterations(release, tmp_path):
+    restarts = []
+
+    class Counting(SearchProposer):
+        def restart(self):
+            restarts.append(len(restarts))
+            super().restart()
+
+    summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", Counting(), _config(),
+                           tmp_path / "out", budget=3, dropout_after=2)
+    it = pq.read_table(tmp_path / "out" / "iterations.parquet").to_pylist()
+    assert summary["dropouts"] == 1 and restarts == [0]
+    assert [r["dropout"] for r in it] == [False, False, True, False] and [r["context"] for r in it] == [0, 0, 0, 1]
+
+
+def test_acceptance_needs_correct_native_and_faster():
+    def j(t, ok=True):
+        rows = [{"problem_id": "a", "stage": "done" if ok else "adoption", "correct": True, "native": ok,
+                 "error": None if ok else "PyTorch compute", "t_measured_s": t}]
+        return opt.Judgement(rows=rows, feedback=[], weighted_time_s=opt.weighted_time(rows, {"a": 1.0}),
+                             s_op=None, eval_s=0.0)
+
+    assert opt.decide(j(9e-6), 10e-6, "cuda", 0.01)[0]
+    assert not opt.decide(j(9.95e-6), 10e-6, "cuda", 0.01)[0]
+    assert not opt.decide(j(5e-6, ok=False), 10e-6, "cuda", 0.01)[0]
+    assert opt.decide(j(None), None, "cpu", 0.01) == (False, opt.CPU_REASON)
+    rows = [{"problem_id": "a", "t_measured_s": 1.0}, {"problem_id": "b", "t_measured_s": 3.0}]
+    assert opt.weighted_time(rows, {"a": 0.75, "b": 0.25}) == pytest.approx(1.5)
+
+
+def test_search_rewrites_only_the_declared_literals():
+    src = (REFERENCE / "mla_decode_attention.py").read_text()
+    sites = tunable_sites(src)
+    assert {"num_warps", "num_stages", "BLOCK_N"} <= {s.name for s in sites}
+    site = next(s for s in sites if s.name == "BLOCK_N")
+    new = rewrite(src, [(site, site.value * 2)])
+    ast.parse(new)
+    changed = [(a, b) for a, b in zip(src.splitlines(), new.splitlines()) if a != b]
+    assert len(changed) == 1 and str(site.value * 2) in changed[0][1]
+
+
+def test_llm_loop_runs_against_recorded_exchanges(release, tmp_path):
+    from kernels_eval.agent.knowledge import KnowledgeBase
+    from kernels_eval.agent.proposers.llm import LLMProposer
+
+    problems = [{"problem_id": p["problem_id"], "init_kwargs": json.loads(p["init_kwargs"]),
+                 "input_kwargs": json.loads(p["input_kwargs"]), "weight": 0.01}
+                for p in release.problems if p["operator"] == "rms_norm"]
+    with ReplayServer(recorded_responses()) as server:
+        proposer = LLMProposer("rms_norm", problems, url=server.url, key="test-key", model="kernel-writer-1",
+                               knowledge=KnowledgeBase.build(sealed={"vllm"}), sealed={"vllm"})
+        summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", proposer, _config(),
+                               tmp_path / "out", budget=2, dropout_after=5)
+    it = pq.read_table(tmp_path / "out" / "iterations.parquet").to_pylist()
+    assert summary["proposer"] == "llm" and summary["iterations"] == 2 and summary["tokens_total"] == 5923 + 6795
+    assert [(r["tokens_prompt"], r["tokens_completion"]) for r in it[1:]] == [(5312, 611), (6140, 655)]
+    assert it[1]["correct"] == 56 and "aten::" in it[2]["reason"] + it[2]["feedback_json"]  # 2nd: a fallback
+    first, second = (r["body"]["messages"] for r in server.requests)
+    assert server.requests[0]["auth"] == "Bearer test-key" and server.requests[0]["path"] == "/v1/chat/completions"
+    prompt = first[1]["content"]
+    assert "Contract:" in prompt and "def forward(self, x: torch.Tensor" in prompt and "knowledge base" in prompt
+    assert "vllm" not in json.dumps(first).lower()
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert "Feedback:" in second[-1]["content"]
