@@ -26,20 +26,26 @@ def register(subparsers) -> None:
 
 def run_drift(args: argparse.Namespace) -> int:
     """Compare, print, and optionally write the HTML report; 2 on unreadable input."""
-    from weighting.drift import compare, read_weight_set
+    from weighting.drift import causes, compare, read_context, read_weight_set
     from weighting.drift_report import write_html
 
     try:
         old, old_label = read_weight_set(args.old)
         new, new_label = read_weight_set(args.new)
         report = compare(old, new)
+        (old_labels, old_inputs), (new_labels, new_inputs) = read_context(args.old), read_context(args.new)
     except ValueError as exc:
         print(f"hotshape drift: {exc}", file=sys.stderr)
         return 2
+    labels = old_labels | new_labels
+    why = causes(report, old_inputs, new_inputs)
     summary = report.to_dict(top=args.top)
     summary.update(old=old_label, new=new_label)
+    for row in summary["top_problem_movers"]:
+        row.update({k: v for k, v in (("shape", labels.get(row["problem_id"])), ("cause", why.get(row["problem_id"])))
+                    if v is not None})
     if args.html:
-        summary["html"] = str(write_html(report, args.html, old_label, new_label))
+        summary["html"] = str(write_html(report, args.html, old_label, new_label, labels=labels, causes=why))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -50,7 +56,9 @@ def run_drift(args: argparse.Namespace) -> int:
     print(f"  problems kept {summary['n_kept']}, newly hot {len(summary['newly_hot'])}, newly cold {len(summary['newly_cold'])}")
     print("  top movers:")
     for row in summary["top_problem_movers"][: min(args.top, 10)]:
-        print(f"    {row['delta'] * 100:+7.2f} pt  {row['operator']:20s} {row['problem_id'][:60]}  [{row['status']}]")
+        print(f"    {row['delta'] * 100:+7.2f} pt  {row.get('shape', row['problem_id'])}  [{row['status']}]")
+        if "cause" in row:
+            print(f"               cause: {row['cause']}")
     if args.html:
         print(f"  report: {summary['html']}")
     return 0

@@ -273,3 +273,89 @@ def beyond_intervals(drift: dict, report: DriftReport, problems: pl.DataFrame, o
     out["beyond_interval"] = {"problems": sorted(moved), "operators": sorted(moved_ops),
                               "rule": "old weight outside the new weight's bootstrap interval (public/intervals/)"}
     return out
+
+
+def shape_labels(manifest: pl.DataFrame) -> dict[str, str]:
+    """problem_id → `operator k=v, …` from a manifest's init/input kwargs and dtypes (what a reader recognises)."""
+    import json
+
+    out = {}
+    for pid, op, *parts in manifest.select("problem_id", "operator", "init_kwargs", "input_kwargs", "dtypes").iter_rows():
+        kwargs = {}
+        for text in parts:
+            kwargs.update(json.loads(text) if text else {})
+        out[pid] = f"{op} " + ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+    return out
+
+
+def read_context(path: str | Path) -> tuple[dict[str, str], dict | None]:
+    """(shape labels, the version's sealed inputs or None) of a release or a release's weights file; ({}, None)
+    for a bare weights file. The inputs (release/build.py's sealed/inputs/vN.json) exist from this release format on."""
+    import json
+
+    path = Path(path)
+    root = _release_of(path)
+    if root is None:
+        return {}, None
+    from release.bundle import read_release
+
+    rel = read_release(root)
+    m = re.fullmatch(r"v(\d+)\.parquet", path.name)
+    version = int(m.group(1)) if m and path != root else rel.versions[-1]
+    name = next((v.get("inputs") for v in rel.info.get("weights", []) if v.get("version") == version), None)
+    inputs = json.loads(rel.read_bytes(name)) if name and name in rel.info.get("files", {}) else None
+    return shape_labels(rel.manifest), inputs
+
+
+# A problem whose weight moved by at least this much (absolute, of the benchmark) gets its cause named.
+LARGE_MOVE = 0.01
+
+
+def causes(report: DriftReport, old_inputs: dict | None, new_inputs: dict | None, large: float = LARGE_MOVE) -> dict[str, str]:
+    """problem_id → the fleet change behind its movement, for every movement of at least `large`.
+
+    w_i = P_i / Z: the problem's fleet card-hours over all the version's problems'. Each deployment's change is
+    applied alone to the old P_i and Z (its card-hours and traces move both: a deployment that grows lowers the
+    weight of problems it lacks); the one that moves w_i most is the cause, named with what changed in its
+    inputs. Deployment ids are sealed: this reads sealed/inputs, and its output is for the maintainer's report.
+    """
+    if not old_inputs or not new_inputs:
+        return {}
+    old_p, new_p = old_inputs["problems"], new_inputs["problems"]
+    deployments = sorted(set(old_inputs["deployments"]) | set(new_inputs["deployments"]))
+
+    def total(problems: dict, dep: str) -> float:
+        return math.fsum(per.get(dep, 0.0) for per in problems.values())
+
+    z_old = {d: total(old_p, d) for d in deployments}
+    z_new = {d: total(new_p, d) for d in deployments}
+    z = math.fsum(z_old.values())
+    out = {}
+    for pid, delta in report.problems.select("problem_id", "delta").iter_rows():
+        if abs(delta) < large or z <= 0:
+            continue
+        a, b = old_p.get(pid, {}), new_p.get(pid, {})
+        p_old = math.fsum(a.values())
+        effects = []
+        for d in deployments:
+            p = p_old - a.get(d, 0.0) + b.get(d, 0.0)
+            zz = z - z_old[d] + z_new[d]
+            effects.append(((p / zz if zz > 0 else 0.0) - p_old / z, d))
+        move, dep = min(effects, key=lambda x: (-abs(x[0]), x[1]))
+        out[pid] = f"deployment {dep} (alone {move * 100:+.2f} pt): " + _what_changed(
+            old_inputs["deployments"].get(dep), new_inputs["deployments"].get(dep))
+    return out
+
+
+def _what_changed(old: dict | None, new: dict | None) -> str:
+    if old is None:
+        return "new in the fleet"
+    if new is None:
+        return "no longer in the fleet"
+    said = []
+    if not math.isclose(old["card_hours"], new["card_hours"], rel_tol=1e-9):
+        said.append(f"card-hours {old['card_hours']:g} → {new['card_hours']:g}")
+    added, removed = set(new["trace_ids"]) - set(old["trace_ids"]), set(old["trace_ids"]) - set(new["trace_ids"])
+    if added or removed:
+        said.append(f"traces +{len(added)} −{len(removed)} (now {len(new['trace_ids'])})")
+    return "; ".join(said) or "same card-hours and traces (other deployments' changes renormalised it)"

@@ -261,3 +261,34 @@ def test_card_after_refresh_shows_the_newest_versions_numbers(public_traces, fle
     inputs = json.loads(rel.read_bytes("sealed/inputs/v2.json"))
     assert inputs["deployments"]["chat-qwen3-8b-prod"]["card_hours"] == 2 * 46080
     assert len(inputs["deployments"]["chat-qwen3-8b-prod"]["trace_ids"]) == 2
+
+
+def test_drift_report_names_shapes_and_the_fleet_change_behind_each_large_movement(public_traces, fleet_root, built,
+                                                                                   tmp_path, capsys):
+    """Once the report showed problem hashes, cut its longest label and did not say what moved a weight."""
+    from pipelines.cli import main
+    from weighting.drift import shape_labels
+
+    root, fleet = fleet_root
+    shutil.copytree(built[0], tmp_path / "rel")
+    doc = yaml.safe_load(fleet.read_text())
+    doc["deployments"][1]["card_hours"] *= 4  # only the batch deployment's card-hours change
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    refresh_release(tmp_path / "rel", root, tmp_path / "fleet.yaml", hardware=_hardware())
+    page = tmp_path / "drift.html"
+    assert main(["drift", str(tmp_path / "rel" / "public" / "weights" / "v1.parquet"), str(tmp_path / "rel"),
+                 "--json", "--html", str(page)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    labels = shape_labels(read_release(tmp_path / "rel").manifest)
+    large = [m for m in summary["top_problem_movers"] if abs(m["delta"]) >= 0.01]
+    assert large
+    for mover in large:
+        assert mover["shape"] == labels[mover["problem_id"]]
+        assert mover["cause"].startswith("deployment batch-graph-replay")
+        assert "card-hours 10000 → 40000" in mover["cause"]
+    html = page.read_text()
+    assert "Causes of the large movements" in html and "…" not in html
+    longest = max((labels[m["problem_id"]] for m in summary["top_problem_movers"]), key=len)
+    assert html.count(longest.replace('"', "&quot;")) >= 1
+    assert not any(m["problem_id"] in html for m in summary["top_problem_movers"])  # shapes, not ids
+    assert "Above 0.10 is large" in html and "what it means" in html
