@@ -184,7 +184,7 @@ def run_optimize(args: argparse.Namespace) -> int:
     log = None if args.json else (lambda text: print(text, file=sys.stderr))
     summary = optimize(args.op, release, args.start, proposer, config, args.out, budget=args.budget,
                        dropout_after=args.dropout_after, min_gain=args.min_gain, problems=_csv(args.problems),
-                       log=log)
+                       log=log, ncu=args.ncu)
     if args.json:
         print(json.dumps(summary, default=str))
     else:
@@ -241,6 +241,8 @@ def register(subparsers) -> None:
     o.add_argument("--dropout-after", type=int, default=3, help="restart the proposer after K without improvement")
     o.add_argument("--min-gain", type=float, default=0.01, help="weighted speed-up an accepted file must exceed")
     o.add_argument("--problems", help="comma-separated problem ids (default: all of the operator's)")
+    o.add_argument("--ncu", action="store_true",
+                   help="profile each accepted file with Nsight Compute on its heaviest problem (GPU; unsandboxed)")
     o.add_argument("--out", required=True, help="directory: accepted file, iterations/problems.parquet, summary")
     _common(o)
     o.set_defaults(func=run_optimize)

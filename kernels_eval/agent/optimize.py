@@ -152,11 +152,30 @@ def _problem_rows(i: int, j: Judgement, weights: dict[str, float]) -> list[dict]
              "roofline_fraction": r.get("roofline_fraction")} for r in j.rows]
 
 
+def _profile(j: Judgement, operator: str, file: Path, release, say) -> None:
+    """Attach Nsight Compute's per-kernel profile of `file` on the heaviest problem to that problem's feedback."""
+    from kernels_eval.agent import ncu
+
+    heaviest = max(j.feedback, key=lambda f: f.weight or 0.0, default=None)
+    if heaviest is None:
+        return
+    p = next(p for p in release.problems if p["problem_id"] == heaviest.problem_id)
+    try:
+        heaviest.profile = ncu.profile_problem(file, operator, json.loads(p["init_kwargs"]),
+                                               json.loads(p["input_kwargs"]))
+    except ncu.NcuUnavailable as exc:
+        heaviest.note = f"--ncu: {exc}"
+        say(f"ncu: {exc}")
+
+
 def optimize(operator: str, release, start: str | Path, proposer, config, out: str | Path, *, budget: int,
              dropout_after: int = 3, min_gain: float = 0.01, problems: list[str] | None = None,
-             log=None) -> dict:
+             log=None, stop_at: float | None = None, stop_margin_evals: float = 1.0, ncu: bool = False) -> dict:
     """Run the loop for `budget` candidates after the starting file; the accepted file is written to
-    out/<operator>.py, the audit trail to out/*.parquet, and a summary (returned) to out/summary.json."""
+    out/<operator>.py, the audit trail to out/*.parquet, and a summary (returned) to out/summary.json.
+    `stop_at` (time.monotonic()) ends the loop early when another `stop_margin_evals` evaluations of the last
+    one's length would pass it. `ncu` profiles each accepted file on its heaviest problem (GPU) so that its
+    feedback carries each kernel's bound."""
     from kernels_eval.harness.release_view import read_release_view
 
     if not hasattr(release, "problems"):
@@ -171,6 +190,8 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
     base = Candidate(source=source, note=f"the starting file {Path(start).name}")
     j = judge(source, operator, release, config, weights, scratch, problems)
     ok, reason = decide(j, None, config.device, min_gain)
+    if ok and ncu:
+        _profile(j, operator, start, release, say)
     if not j.all_good:
         reason = f"the starting file itself fails: {reason}"
     best_time = j.weighted_time_s if ok else None
@@ -180,6 +201,9 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
     say(f"iteration 0 (start): {reason}")
     context, stale, accepted_steps, dropouts = 0, 0, [], 0
     for i in range(1, budget + 1):
+        if stop_at is not None and time.monotonic() + stop_margin_evals * j.eval_s > stop_at:
+            say(f"iteration {i}: out of time (the last evaluation took {j.eval_s:.0f} s); stopping")
+            break
         cand = None
         for _ in range(DUPLICATE_TRIES):
             cand = proposer.propose(state)
@@ -196,6 +220,10 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
             best_time, stale = j.weighted_time_s, 0
             state.accepted_source, state.accepted_time_s, state.accepted_feedback = cand.source, best_time, j.feedback
             accepted_steps.append(i)
+            if ncu:
+                path = scratch / f"accepted-{i}.py"
+                path.write_text(cand.source)
+                _profile(j, operator, path, release, say)
         else:
             stale += 1
         state.history.append({"candidate": cand, "feedback": j.feedback, "accepted": ok, "reason": reason})

@@ -113,3 +113,25 @@ def test_llm_loop_runs_against_recorded_exchanges(release, tmp_path):
     assert "vllm" not in json.dumps(first).lower()
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert "Feedback:" in second[-1]["content"]
+
+
+def test_the_loop_imports_without_polars_duckdb_msgspec_or_dagster():
+    """The GPU machine has none of them: the loop, the search proposer, feedback records and the GPU script's
+    imports must work without (records fall back to dataclasses)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('polars', 'duckdb', 'msgspec', 'dagster'): sys.modules[m] = None\n"
+        "import benchmarks.optimize_gpu\n"
+        "from kernels_eval.agent.feedback import problem_feedback\n"
+        "from kernels_eval.agent.records import as_builtins\n"
+        "row = {'problem_id': 'p', 'operator': 'rms_norm', 'stage': 'correctness', 'compiled': True,\n"
+        "       'correct': False, 'native': True, 'error': \"input set 1, {}: output 'out': bad\", 'device': 'cuda'}\n"
+        "d = as_builtins(problem_feedback(row, {'kernels': {'k': 2.0}}, weight=0.5))\n"
+        "assert d['mismatch']['output'] == 'out' and d['kernels'] == [{'name': 'k', 'time_us': 2.0}], d\n"
+        "print('ok')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
