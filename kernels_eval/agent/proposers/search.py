@@ -144,14 +144,16 @@ class SearchProposer:
         sites = tunable_sites(source)
         factor = 2 if self.context == 0 else 4
         singles: list[tuple[Site, int, str]] = []
-        # tile sizes before the limits that bound them (MAX_*/MIN_* caps change which path runs, not the tile)
-        sites = sorted(sites, key=lambda s: s.name.startswith(("MAX_", "MIN_")))
-        for kind, direction in kind_order:
-            for site in sites:
-                if site.kind == kind:
-                    new = _moved(site, direction, factor)
-                    if new is not None:
-                        singles.append((site, new, f"{site.name} {site.value} -> {new} (line {site.line})"))
+        # every other move before those of tile caps (MAX_*/MIN_* tile limits change which code path
+        # runs, and a cap raised past the registers spills)
+        for limits in (False, True):
+            for kind, direction in kind_order:
+                for site in sites:
+                    cap = site.kind == "tile" and site.name.startswith(("MAX_", "MIN_"))
+                    if site.kind == kind and cap == limits:
+                        new = _moved(site, direction, factor)
+                        if new is not None:
+                            singles.append((site, new, f"{site.name} {site.value} -> {new} (line {site.line})"))
         out = [Candidate(source=rewrite(source, [(s, n)]), note=note) for s, n, note in singles]
         if self.context > 0:  # pairs of the first few moves on different sites
             head = singles[:6]
