@@ -211,11 +211,13 @@ def _phase_tag(weights: pl.DataFrame) -> str:
 def published_roofline(rows: pl.DataFrame) -> dict:
     """Atrex-Bench's roofline.json entry of one problem from its sealed roofline rows."""
     first = rows.row(0, named=True)
-    w = {} if first["w_flops"] is None else {first["w_flops_dtype"]: first["w_flops"]}
-    sol = {r["hardware"]: r["sol_time_ms"] for r in rows.iter_rows(named=True)
-           if r["sol_time_ms"] is not None and r["hardware"]}
-    return {"semantic_W_flops": w, "semantic_Q_read_bytes": first["q_read"],
-            "semantic_Q_write_bytes": first["q_write"], "SOL_time_ms": sol}
+    w = {} if first["published_flops"] is None else {first["published_flops_dtype"]: first["published_flops"]}
+    # Stored in seconds like every time of a release; published in ms (×1000 gives the published float back:
+    # tests/release/test_atrex.py checks the round trip on every published value).
+    sol = {r["hardware"]: r["published_t_sol_s"] * 1000 for r in rows.iter_rows(named=True)
+           if r["published_t_sol_s"] is not None and r["hardware"]}
+    return {"semantic_W_flops": w, "semantic_Q_read_bytes": first["published_bytes_read"],
+            "semantic_Q_write_bytes": first["published_bytes_written"], "SOL_time_ms": sol}
 
 
 def _our_roofline_json(rows: pl.DataFrame) -> dict:
@@ -275,7 +277,7 @@ def export_atrex(release: str | Path, out: str | Path, weights_version: int | No
             r, rec = by_sid[sid]
             shapes[sid], meta_shapes[sid] = rec["shape"], rec["metadata"]
             rows = roof.filter(pl.col("problem_id") == r["problem_id"]) if roof is not None else pl.DataFrame()
-            if rows.height and r["problem_id"] in records and rows["q_read"].null_count() < rows.height:
+            if rows.height and r["problem_id"] in records and rows["published_bytes_read"].null_count() < rows.height:
                 roof_shapes[sid] = published_roofline(rows)
             else:
                 roof_shapes[sid] = _our_roofline_json(rows) if rows.height else _our_roofline_json(

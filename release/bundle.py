@@ -56,7 +56,8 @@ def intervals_files(version: int) -> tuple[str, str]:
 
 def parquet_bytes(table: pa.Table | pl.DataFrame, name: str, sort_by: tuple[str, ...],
                   compression: str = "zstd") -> bytes:
-    """The table as Parquet bytes that depend only on its rows: schema-checked, sorted, no metadata."""
+    """The table as Parquet bytes that depend only on its rows: schema-checked, sorted, no metadata but each
+    column's description and unit (release.schema.COLUMNS, in the ARROW:schema footer entry)."""
     if isinstance(table, pl.DataFrame):
         table = table.to_arrow()
     table = validate(table, TABLES[name], name)
@@ -64,10 +65,10 @@ def parquet_bytes(table: pa.Table | pl.DataFrame, name: str, sort_by: tuple[str,
         table = table.sort_by([(c, "ascending") for c in sort_by])
     table = table.replace_schema_metadata(None)
     sink = io.BytesIO()
-    # store_schema=False: no ARROW:schema blob in the footer; row groups, page sizes and writer
-    # version are pinned so that the same rows give the same bytes.
+    # The ARROW:schema footer entry carries the field metadata (description, unit) and depends only on the
+    # schema; row groups, page sizes and writer version are pinned so that the same rows give the same bytes.
     pq.write_table(
-        table, sink, compression=compression, store_schema=False, version="2.6",
+        table, sink, compression=compression, store_schema=True, version="2.6",
         data_page_version="1.0", write_statistics=True, use_dictionary=True,
         row_group_size=1 << 20,
     )

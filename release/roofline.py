@@ -45,16 +45,16 @@ def roofline_rows(problem_id: str, operator: str, init_kwargs: dict, input_kwarg
                   published: dict | None, hardware: dict | None) -> list[dict]:
     """Roofline rows of one problem: ours per hardware, beside Atrex-Bench's published W, Q and SOL."""
     ours = our_roofline(operator, init_kwargs, input_kwargs, hardware)
-    pub = {"w_flops": None, "w_flops_dtype": None, "q_read": None, "q_write": None}
+    pub = {"published_flops": None, "published_flops_dtype": None, "published_bytes_read": None, "published_bytes_written": None}
     sol = {}
     if published is not None:
         w = published.get("semantic_W_flops") or {}
         if len(w) > 1:
             raise ValueError(f"{operator}: semantic_W_flops with several dtypes {sorted(w)} is not supported")
         if w:
-            (pub["w_flops_dtype"], pub["w_flops"]), = w.items()
-        pub["q_read"] = published.get("semantic_Q_read_bytes")
-        pub["q_write"] = published.get("semantic_Q_write_bytes")
+            (pub["published_flops_dtype"], pub["published_flops"]), = w.items()
+        pub["published_bytes_read"] = published.get("semantic_Q_read_bytes")
+        pub["published_bytes_written"] = published.get("semantic_Q_write_bytes")
         sol = published.get("SOL_time_ms") or {}
     names = sorted(set(ours) | set(sol))
     if not names and published is not None:
@@ -63,7 +63,7 @@ def roofline_rows(problem_id: str, operator: str, init_kwargs: dict, input_kwarg
     for hw in names:
         mine = ours.get(hw, {})
         rows.append({"problem_id": problem_id, "hardware": hw, **{f: mine.get(f) for f in OUR_ROOFLINE},
-                     **pub, "sol_time_ms": sol.get(hw)})
+                     **pub, "published_t_sol_s": None if sol.get(hw) is None else sol[hw] / 1000})
     return rows
 
 
@@ -76,7 +76,7 @@ def regained_roofline(manifest: pl.DataFrame, old: pl.DataFrame | None, hardware
     """Roofline rows of every problem recomputed with the registry, keeping old rows' published numbers."""
     from release.atrex import published_roofline
 
-    pub_cols = ("w_flops", "q_read", "q_write", "sol_time_ms")
+    pub_cols = ("published_flops", "published_bytes_read", "published_bytes_written", "published_t_sol_s")
     rows = []
     for p in manifest.iter_rows(named=True):
         mine = old.filter(pl.col("problem_id") == p["problem_id"]) if old is not None else pl.DataFrame()

@@ -82,11 +82,11 @@ ROOFLINE = pa.schema(
         ("path", pa.string()),
         ("t_roofline_s", pa.float64()),
         ("t_roofline_measured_s", pa.float64()),
-        ("w_flops", pa.int64()),  # published semantic W (null when they give none)
-        ("w_flops_dtype", pa.string()),  # the dtype key W was published under
-        ("q_read", pa.int64()),
-        ("q_write", pa.int64()),
-        ("sol_time_ms", pa.float64()),
+        ("published_flops", pa.int64()),  # published semantic W (null when they give none)
+        ("published_flops_dtype", pa.string()),  # the dtype key W was published under
+        ("published_bytes_read", pa.int64()),
+        ("published_bytes_written", pa.int64()),
+        ("published_t_sol_s", pa.float64()),
     ]
 )
 
@@ -99,6 +99,63 @@ ATREX_OPERATORS = pa.schema(
         ("shape_ids", pa.list_(pa.string())),  # shape ids in their file order
     ]
 )
+
+# Each column's description and unit, carried as Parquet field metadata (b"description", b"unit") in every
+# release table; docs/release.md lists the same (tests/release/test_schema_docs.py keeps them together).
+# Units: "s", "ns", "FLOP", "byte", "count", "fraction" (of a total that is 1); "" for names, ids and JSON.
+COLUMNS = {
+    "problem_id": ("keyed hash (HMAC) of the canonical problem; stable across weights versions", ""),
+    "operator": ("canonical operator name (kernels_eval/operators/<operator>.py)", ""),
+    "init_kwargs": ("canonical JSON of the arguments of the operator's Model.__init__", ""),
+    "input_kwargs": ("canonical JSON of the input shapes passed to forward, by argument name", ""),
+    "dtypes": ("canonical JSON: argument name → dtype", ""),
+    "weight": ("the problem's share of the selected fleet GPU time (card-hour weighted); sums to 1", "fraction"),
+    **{f"weight_{p}": (f"weight restricted to {p}-phase fleet time; sums to 1, or all 0 without {p} time", "fraction")
+       for p in PHASES},
+    "weight_lo": ("lower end of the percentile bootstrap interval of weight (resampled profiles)", "fraction"),
+    "weight_hi": ("upper end of the percentile bootstrap interval of weight", "fraction"),
+    "weight_se": ("standard error of weight over the bootstrap replicates", "fraction"),
+    "n_profiles": ("profiles with time in the problem", "count"),
+    "n_deployments": ("deployments with time in the problem", "count"),
+    "share": ("the weight the candidate would have had, had it been selected", "fraction"),
+    "source": ("where the problem came from: traces | atrex-bench", ""),
+    "source_key": ("atrex: <operator>/<shape id>; traces: the shape JSON", ""),
+    "deployments": ("deployment ids with time in the problem (sealed)", ""),
+    "models": ("models served by those deployments (sealed)", ""),
+    "frameworks": ("serving frameworks of those deployments (sealed)", ""),
+    "raw_ops": ("op names seen in the traces (sealed)", ""),
+    "kernels": ("kernel names seen in the traces (sealed)", ""),
+    "trace_ids": ("content addresses of the profiles with time in the problem (sealed)", ""),
+    "trace_files": ("trace file paths, aligned with trace_ids (sealed)", ""),
+    "profile_gpu_ns": ("GPU time of the problem per profile, aligned with trace_ids", "ns"),
+    "record": ("source-specific JSON kept verbatim (atrex shape and metadata)", ""),
+    "hardware": ("accelerator name, a key of kernels_eval/hardware.yaml", ""),
+    "flops": ("floating-point operations of one call (kernels_eval/work/<operator>.py)", "FLOP"),
+    "bytes_read": ("minimum bytes read from HBM by one call", "byte"),
+    "bytes_written": ("minimum bytes written to HBM by one call", "byte"),
+    "path": ("dtype path of the peak used (e.g. bf16_tensor)", ""),
+    "t_roofline_s": ("max(flops / peak[path], bytes / HBM bandwidth), datasheet peaks", "s"),
+    "t_roofline_measured_s": ("the same with the measured ceilings of the hardware table", "s"),
+    "published_flops": ("Atrex-Bench's published semantic W (null when none)", "FLOP"),
+    "published_flops_dtype": ("the dtype key published_flops was published under", ""),
+    "published_bytes_read": ("Atrex-Bench's published semantic Q read", "byte"),
+    "published_bytes_written": ("Atrex-Bench's published semantic Q written", "byte"),
+    "published_t_sol_s": ("Atrex-Bench's published SOL time (their SOL_time_ms / 1000)", "s"),
+    "importance": ("the operator's operator_importance.json entry (JSON)", ""),
+    "metadata": ("the operator's metadata.json without shapes (JSON)", ""),
+    "shape_ids": ("Atrex-Bench shape ids in their file order", ""),
+}
+
+
+def _described(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each field's description and unit from COLUMNS as field metadata."""
+    return pa.schema([f.with_metadata({b"description": COLUMNS[f.name][0].encode(), b"unit": COLUMNS[f.name][1].encode()})
+                      for f in schema])
+
+
+MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE, ROOFLINE, ATREX_OPERATORS = map(
+    _described, (MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE, ROOFLINE,
+                 ATREX_OPERATORS))
 
 TABLES = {
     "manifest": MANIFEST,

@@ -75,10 +75,10 @@ def test_manifest_and_published_roofline_match_the_json(atrex_release, atrex_dir
     pub = _load(atrex_dir, "rms_norm", "roofline.json")["shapes"]["0"]
     roof = rel.sealed("roofline").filter(pl.col("problem_id") == row["problem_id"])
     assert set(roof["hardware"].to_list()) >= {"H20", "XPU-A"}
-    for r in roof.filter(pl.col("sol_time_ms").is_not_null()).iter_rows(named=True):
-        assert r["sol_time_ms"] == pub["SOL_time_ms"][r["hardware"]]
-        assert (r["w_flops_dtype"], r["w_flops"]) == ("bf16", pub["semantic_W_flops"]["bf16"])
-        assert (r["q_read"], r["q_write"]) == (pub["semantic_Q_read_bytes"], pub["semantic_Q_write_bytes"])
+    for r in roof.filter(pl.col("published_t_sol_s").is_not_null()).iter_rows(named=True):
+        assert r["published_t_sol_s"] == pub["SOL_time_ms"][r["hardware"]] / 1000
+        assert (r["published_flops_dtype"], r["published_flops"]) == ("bf16", pub["semantic_W_flops"]["bf16"])
+        assert (r["published_bytes_read"], r["published_bytes_written"]) == (pub["semantic_Q_read_bytes"], pub["semantic_Q_write_bytes"])
 
 
 def test_export_round_trips_every_field(atrex_release, atrex_dir, tmp_path):
@@ -144,12 +144,12 @@ def test_regained_roofline_keeps_published_numbers(atrex_dir, tmp_path):
     assert old["t_roofline_s"].null_count() == old.height and set(old["hardware"].to_list()) == {"H20", "XPU-A"}
     new = regained_roofline(bare.manifest, old, table)
     assert set(new["hardware"].to_list()) == set(table)
-    cols = ["problem_id", "hardware", "w_flops", "w_flops_dtype", "q_read", "q_write", "sol_time_ms"]
+    cols = ["problem_id", "hardware", "published_flops", "published_flops_dtype", "published_bytes_read", "published_bytes_written", "published_t_sol_s"]
     kept = new.filter(pl.col("hardware").is_in(["H20", "XPU-A"])).select(cols).sort("problem_id", "hardware")
     assert kept.equals(old.select(cols).sort("problem_id", "hardware"))
     # Our W agrees with the published one for rms_norm (a documented cross-check of the registry).
     rms = new.join(bare.manifest, on="problem_id").filter((pl.col("operator") == "rms_norm") & (pl.col("hardware") == "H20"))
-    assert (rms["flops"] == rms["w_flops"]).all()
+    assert (rms["flops"] == rms["published_flops"]).all()
 
 
 def test_environment_key_is_used_and_never_written(atrex_release, atrex_dir, tmp_path, monkeypatch):

@@ -38,7 +38,11 @@ def test_parquet_bytes_depend_only_on_rows():
     a = bundle.parquet_bytes(MANIFEST, "manifest", ("problem_id",))
     assert a == bundle.parquet_bytes(shuffled, "manifest", ("problem_id",))
     meta = pq.read_metadata(io.BytesIO(a))
-    assert meta.metadata is None  # no pandas/ARROW:schema blobs, no timestamps
+    assert set(meta.metadata) == {b"ARROW:schema"}  # no pandas blob, no timestamps: the schema with its units only
+    schema = pq.read_schema(io.BytesIO(a))
+    assert schema.metadata is None
+    assert schema.field("problem_id").metadata[b"description"].startswith(b"keyed hash")
+    assert all(set(f.metadata) == {b"description", b"unit"} for f in schema)
     assert pl.read_parquet(io.BytesIO(a))["problem_id"].to_list() == ["pa", "pb", "pc"]
 
 
