@@ -296,6 +296,32 @@ def run_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_export_flashinfer(args: argparse.Namespace) -> int:
+    """Write RELEASE's problems as FlashInfer-Trace definitions and workloads under --out, leak-checked."""
+    from kernels_eval.flashinfer import export_flashinfer
+    from kernels_eval.selection import SelectionError, unknown_names
+    from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
+
+    release = _read_release("export-flashinfer", args.release)
+    if release is None:
+        return 2
+    ops = _csv(args.ops)
+    errors = unknown_names(ops, release.manifest["operator"].to_list(), "operator", f"release {release.name}")
+    if errors:
+        print(f"hotshape export-flashinfer: {'; '.join(errors)}", file=sys.stderr)
+        return 2
+    summary = export_flashinfer(release, args.out, ops)
+    # the same check a release's public/ passes: nothing of the sealed provenance in what goes out
+    assert_no_leak(args.out, sealed_strings(release.sealed("provenance")), public_vocabulary(release.manifest))
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    for op, why in summary["skipped"].items():
+        print(f"not exported: {why}")
+    print(f"{summary['definitions']} definitions, {summary['workloads']} workloads -> {args.out} (leak check passed)")
+    return 0 if summary["definitions"] else 1
+
+
 def register(subparsers) -> None:
     """Add `eval` and `score` to the hotshape command."""
     e = subparsers.add_parser("eval", help="evaluate a submission directory against a release")
@@ -346,3 +372,11 @@ def register(subparsers) -> None:
     b.add_argument("--html", metavar="FILE.html", help="also write the ranking and S_op matrix as offline HTML")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=run_leaderboard)
+
+    f = subparsers.add_parser("export-flashinfer", help="write a release's problems as FlashInfer-Trace definitions "
+                                                        "and workloads")
+    f.add_argument("release")
+    f.add_argument("--out", required=True, help="dataset directory (definitions/, workloads/, hotshape_weights.json)")
+    f.add_argument("--ops", help="comma-separated operators (default: all in the release)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=run_export_flashinfer)
