@@ -284,6 +284,10 @@ class Worker:
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
         filled = fill_free_blocks(torch)
+        running = self._candidate_threads()
+        if running:  # the rule of the CPU path: a pool made in __init__ is work outside the judged call
+            raise RuntimeError(f"{len(running)} thread(s) of the submission are running as the call starts (a "
+                               f"thread pool or background thread: work outside the audited call)")
         threads_before = set(threading.enumerate())
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
         try:
@@ -296,8 +300,10 @@ class Worker:
         launches = self.log.take()
         self._check_tamper("the call")
         started = [t for t in set(threading.enumerate()) - threads_before if self._owned_thread(t)]
-        if started:
-            raise RuntimeError(f"the call left {len(started)} thread(s) of the submission running (work after return)")
+        left = self._candidate_threads()
+        if started or left:
+            raise RuntimeError(f"the call left {max(len(started), len(left))} thread(s) of the submission running "
+                               f"(work after return)")
         outputs = _as_named(out, self.outputs, torch)
         records = kineto_records(prof)
         took["run"] = time.perf_counter() - began

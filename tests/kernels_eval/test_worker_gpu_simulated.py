@@ -4,6 +4,7 @@ go through the parent's attribution (spans.attribute) and kept outputs are judge
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
@@ -112,6 +113,7 @@ def make_worker(device: Device, tmp_path, skip: bool = False) -> worker.Worker:
     w.reference = load_reference("rms_norm")
     w.model = Candidate(device, skip)
     w.log, w.guard = worker.LaunchLog(__file__), {}
+    w.baseline_threads = set(sys._current_frames())  # as init records them, before the candidate's
     w._make_inputs = lambda input_kwargs, seed: inputs(seed)
     return w
 
