@@ -37,16 +37,19 @@ def _checks(result, suffix: str = "") -> dict[str, bool]:
 class _Graph:
     """materialize() calls on one instance and store, as the sensors and schedules would launch them."""
 
-    def __init__(self, store, instance):
+    def __init__(self, store, instance, on_run=None):
         from pipelines.definitions import ASSETS, CHECKS
 
-        self.store, self.instance, self.defs = store, instance, ASSETS + CHECKS
+        self.store, self.instance, self.defs, self.on_run = store, instance, ASSETS + CHECKS, on_run
 
     def run(self, selection: list[str], partition_key: str | None = None):
         import dagster as dg
 
-        return dg.materialize(self.defs, selection=selection, partition_key=partition_key, instance=self.instance,
-                              resources={"store": self.store}, run_config=QUIET, raise_on_error=False)
+        result = dg.materialize(self.defs, selection=selection, partition_key=partition_key, instance=self.instance,
+                                resources={"store": self.store}, run_config=QUIET, raise_on_error=False)
+        if self.on_run is not None:
+            self.on_run(result, partition_key)
+        return result
 
     def add_partitions(self, partitions, keys: list[str]) -> list[str]:
         from pipelines.partitions import usable_key
@@ -98,14 +101,21 @@ def _evaluate(graph: _Graph, summary: dict, release_name: str, version: int) -> 
                 "performance_measured": any(s["performance_measured"] for s in by_hardware)}
 
 
-def materialize_all(store, instance) -> dict:
+def progress_line(result, partition_key: str | None) -> str:
+    """One line per finished run: the assets it materialised (and its partition), or that it failed."""
+    assets = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
+    where = f" [{partition_key}]" if partition_key else ""
+    return f"{'materialised' if result.success else 'failed'}{where}: {', '.join(assets) or 'nothing'}"
+
+
+def materialize_all(store, instance, on_run=None) -> dict:
     """Ingest new traces (one partition each), refresh weights → release → drift, evaluate new
     submissions and score every submission under the latest weights.
 
     As the sensors and schedules would: the refresh runs when something new was ingested or no
     release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
     """
-    graph = _Graph(store, instance)
+    graph = _Graph(store, instance, on_run)
     summary: dict = {"traces": [], "checks": {}, "refreshed": False}
     if _ingest(graph, summary) or not (store.release_dir / "release.json").is_file():
         r = graph.run(REFRESH)
@@ -134,8 +144,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
                           device=args.device)
     home = dagster_home(args.dagster_home)
     instance = dg.DagsterInstance.from_config(str(home))
+    # each run's assets on stderr as it ends (a terminal, or --progress), so a long refresh is not silent
+    show = args.progress or sys.stderr.isatty()
+    on_run = (lambda result, key: print(progress_line(result, key), file=sys.stderr, flush=True)) if show else None
     try:
-        summary = materialize_all(store, instance)
+        summary = materialize_all(store, instance, on_run)
     finally:
         instance.dispose()
     summary["dagster_home"] = str(home)
@@ -174,4 +187,6 @@ def register(subparsers) -> None:
                    help="evaluation device (default cpu: Triton interpreter on smoke shapes, no timing)")
     p.add_argument("--dagster-home", help=f"Dagster instance directory (default: $DAGSTER_HOME or ./{DAGSTER_HOME})")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.add_argument("--progress", action="store_true", help="name each run's assets on stderr as it ends, even when "
+                                                            "stderr is not a terminal")
     p.set_defaults(func=run_pipeline)

@@ -34,8 +34,13 @@ ARGS = ["run-pipeline", "--traces", "traces", "--fleet", "fleet.yaml", "--out", 
 
 
 def test_run_pipeline_materializes_everything_and_says_where_it_is(project, capsys):
-    assert main(ARGS + ["--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    assert main(ARGS + ["--json", "--progress"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # progress goes to stderr, one line per run as it ends
+    assert captured.err.splitlines() == [
+        "materialised [llama3-8b-compiled/eager.json.gz]: kernel_events, op_shape_time",
+        "materialised: fleet_weights, release_bundle, weight_drift",
+        "materialised [honest]: evaluation_results, scores"]
     assert summary["release"] == "out/releases/hotshape" and summary["weights_version"] == 1
     assert (project / summary["release"] / "release.json").is_file()
     scores = summary["scores"]["honest"]
