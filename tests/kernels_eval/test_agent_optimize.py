@@ -36,9 +36,16 @@ def _config():
     return EvalConfig(device="cpu", call_timeout_s=30.0)
 
 
-def test_search_runs_end_to_end_on_cpu_records_and_accepts_nothing(release, tmp_path):
-    summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", SearchProposer(), _config(),
-                           tmp_path / "out", budget=2, dropout_after=5)
+def test_search_runs_end_to_end_on_cpu_records_accepts_nothing_and_drops_out(release, tmp_path):
+    restarts = []
+
+    class Counting(SearchProposer):
+        def restart(self):
+            restarts.append(self.context)
+            super().restart()
+
+    summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", Counting(), _config(),
+                           tmp_path / "out", budget=2, dropout_after=1)
     assert summary["iterations"] == 2 and summary["accepted"] == [] and summary["note"] == opt.CPU_REASON
     it = pq.read_table(tmp_path / "out" / "iterations.parquet").to_pylist()
     assert [r["iteration"] for r in it] == [0, 1, 2] and not any(r["accepted"] for r in it)
@@ -47,21 +54,11 @@ def test_search_runs_end_to_end_on_cpu_records_and_accepts_nothing(release, tmp_
     assert json.loads(it[1]["feedback_json"])[0]["stage"] == "done"
     assert pq.read_table(tmp_path / "out" / "problems.parquet").num_rows == 3 * 56
     assert (tmp_path / "out" / "rms_norm.py").read_text() == (REFERENCE / "rms_norm.py").read_text()
-
-
-def test_dropout_restarts_the_proposer_after_k_stale_iterations(release, tmp_path):
-    restarts = []
-
-    class Counting(SearchProposer):
-        def restart(self):
-            restarts.append(len(restarts))
-            super().restart()
-
-    summary = opt.optimize("rms_norm", release, REFERENCE / "rms_norm.py", Counting(), _config(),
-                           tmp_path / "out", budget=3, dropout_after=2)
-    it = pq.read_table(tmp_path / "out" / "iterations.parquet").to_pylist()
-    assert summary["dropouts"] == 1 and restarts == [0]
-    assert [r["dropout"] for r in it] == [False, False, True, False] and [r["context"] for r in it] == [0, 0, 0, 1]
+    # K = 1: every iteration without improvement restarts the proposer's context, the trail stays whole
+    assert summary["dropouts"] == 2 and restarts == [0, 1]
+    assert [r["dropout"] for r in it] == [False, True, True] and [r["context"] for r in it] == [0, 0, 1]
+    # the restarted context steps wider from the accepted file (x4 where the first stepped x2)
+    assert "TARGET_ELEMENTS 4096 -> 8192" in it[1]["note"] and "TARGET_ELEMENTS 4096 -> 16384" in it[2]["note"]
 
 
 def test_acceptance_needs_correct_native_and_faster():
