@@ -18,6 +18,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import timezone
 from pathlib import Path
 
 KEY_FILE = "results.key"
@@ -83,6 +84,10 @@ def _normal(value, type_name: str):
         return bool(value)
     if type_name.startswith("list"):
         return [str(x) for x in value]
+    if type_name.startswith("timestamp"):  # the text a row was signed with before the column was typed
+        from kernels_eval.results_schema import timestamp
+
+        return timestamp(value).astimezone(timezone.utc).isoformat(timespec="seconds")
     return str(value)
 
 

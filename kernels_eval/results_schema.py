@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,7 +43,7 @@ RESULTS = pa.schema([
     ("t_reference_s", pa.float64()),
     ("speedup", pa.float64()),
     ("eval_s", pa.float64()),
-    ("evaluated_at", pa.string()),
+    ("evaluated_at", pa.timestamp("s", tz="UTC")),
     ("t_event_s", pa.float64()),
     ("sandboxed", pa.bool_()),
     ("release_digest", pa.string()),
@@ -57,7 +58,18 @@ RESULTS = pa.schema([
 # its manifest's (a refresh adds weights and changes the digest, not the problems, so score still takes the
 # row). key_id: the fingerprint of the host key that signed the row; signature: hex HMAC-SHA256
 # (kernels_eval/results_key.py).
+# evaluated_at: a UTC timestamp (seconds); files written before it was typed hold ISO 8601 text, read as the same
+# instant (and signed as the same text: results_key normalises both to isoformat).
 LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature")
+
+
+def timestamp(value) -> datetime | None:
+    """evaluated_at as an aware UTC datetime from a datetime or ISO 8601 text (naive means UTC)."""
+    if value is None or isinstance(value, datetime):
+        when = value
+    else:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return when if when is None or when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def results_table(rows: list[dict]) -> pa.Table:
@@ -69,8 +81,9 @@ def results_table(rows: list[dict]) -> pa.Table:
         if row["stage"] not in STAGES:
             raise ValueError(f"results row {i}: stage {row['stage']!r} is not one of {STAGES}")
     try:
-        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in RESULTS} for r in rows], schema=RESULTS)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in RESULTS} | {"evaluated_at": timestamp(
+            r.get("evaluated_at"))} for r in rows], schema=RESULTS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
         raise ValueError(f"results rows do not match the schema: {exc}") from exc
 
 
@@ -83,6 +96,13 @@ def read_results(path: str | Path) -> pa.Table:
     for f in RESULTS:
         if f.name not in table.column_names:
             table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+    at = table.schema.field("evaluated_at")
+    if pa.types.is_string(at.type) or pa.types.is_large_string(at.type):  # written before evaluated_at was typed
+        try:
+            when = pa.array([timestamp(v) for v in table.column("evaluated_at").to_pylist()], RESULTS.field("evaluated_at").type)
+        except ValueError as exc:
+            raise ValueError(f"{path}: column evaluated_at: {exc}") from exc
+        table = table.set_column(table.schema.get_field_index("evaluated_at"), "evaluated_at", when)
     return table.select(RESULTS.names).cast(RESULTS)
 
 

@@ -50,7 +50,7 @@ def row(pid, *, t=None, roof=1.0, compiled=True, correct=True, native=True, run=
                 hardware=hardware, device="cuda", shape_kind="problem",
                 stage="done" if compiled and correct and native else "adoption", compiled=compiled,
                 correct=correct, native=native, fallbacks=[], performance_measured=t is not None, t_measured_s=t,
-                t_roofline_s=roof, evaluated_at="now")
+                t_roofline_s=roof, evaluated_at="2026-12-01T12:00:00+00:00")
     return base
 
 
