@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def error_line(exc: BaseException) -> tuple[str, int]:
     """One line saying what went wrong (naming the file where the error knows it) and the exit status."""
-    if isinstance(exc, OSError) and not exc.strerror and len(exc.args) == 1 and isinstance(exc, FileNotFoundError):
-        return f"{exc.args[0]}: no such file or directory", EXIT_BAD_INPUT  # pyarrow's: only the path
+    if isinstance(exc, FileNotFoundError) and exc.strerror is None and len(exc.args) == 1:
+        return f"{exc.args[0]}: no such file or directory", EXIT_BAD_INPUT  # pyarrow raises it with the path alone
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         bad_input = isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError))
         return f"{exc.filename}: {exc.strerror}", EXIT_BAD_INPUT if bad_input else EXIT_FAILED
