@@ -2,8 +2,7 @@
 
 Usage (on the GPU machine, from the repo root; stock python3 with torch and triton):
     python3 benchmarks/attention_diag.py
-    git show c3d1f89:examples/submissions/triton_reference/attention_forward.py > /tmp/af_old.py  # split-D version
-    python3 benchmarks/attention_diag.py --file /tmp/af_old.py
+    python3 benchmarks/attention_diag.py --file CANDIDATE.py   # another form of the kernel, e.g. a variant
     python3 benchmarks/attention_diag.py --shapes d72_h16_8184 --configs 0,3 --wrap compute-sanitizer
 
 The autotuner is bypassed: for each config of the file's `attention_forward_kernel` (an Autotuner) its

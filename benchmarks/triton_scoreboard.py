@@ -294,8 +294,11 @@ def collect(release, progress: list[str], results: list[str], hardware: str) -> 
     for path in map(Path, progress):
         latest = {r["problem_id"]: r for r in rows_from_progress(path, release, hardware)}  # a re-run: the last
         rows = [r for pid, r in latest.items() if pid not in seen]
+        # A consolidated file (catalogue_H200_progress.jsonl) names each verdict's run in its `source` key.
+        named = {v["problem_id"]: v.get("source", path.name) for v in map(json.loads, path.read_text().splitlines())}
         if rows:
-            frames.append(pl.DataFrame(rows, schema=schema, strict=False).with_columns(source=pl.lit(path.name)))
+            frames.append(pl.DataFrame(rows, schema=schema, strict=False).with_columns(
+                source=pl.Series([named[r["problem_id"]] for r in rows], dtype=pl.String)))
             seen |= {r["problem_id"] for r in rows}
     for path in map(Path, results):
         frame = pl.from_arrow(read_results(path)).filter(~pl.col("problem_id").is_in(list(seen)))
