@@ -107,7 +107,7 @@ COLUMNS = {
     "problem_id": ("keyed hash (HMAC) of the canonical problem; stable across weights versions", ""),
     "operator": ("canonical operator name (kernels_eval/operators/<operator>.py)", ""),
     "init_kwargs": ("canonical JSON of the arguments of the operator's Model.__init__", ""),
-    "input_kwargs": ("canonical JSON of the input shapes passed to forward, by argument name", ""),
+    "input_kwargs": ("canonical JSON of the arguments of the reference's make_inputs, which builds forward's inputs", ""),
     "dtypes": ("canonical JSON: argument name → dtype", ""),
     "weight": ("the problem's share of the selected fleet GPU time (card-hour weighted); sums to 1", "fraction"),
     **{f"weight_{p}": (f"weight restricted to {p}-phase fleet time; sums to 1, or all 0 without {p} time", "fraction")
