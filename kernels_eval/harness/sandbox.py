@@ -37,6 +37,12 @@ class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create namespaces here."""
 
 
+# Files under /etc that hold secrets (password hashes, host keys, sudo rules, credentials of services).
+HIDDEN_IN_ETC = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+                 "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd", "/etc/postgresql-common/root.crt",
+                 "/etc/krb5.keytab", "/etc/libvirt", "/etc/docker")
+
+
 def find_bwrap() -> str | None:
     """Path of the bwrap executable: $HOTSHAPE_BWRAP, else bwrap on PATH; None where neither exists."""
     path = os.environ.get("HOTSHAPE_BWRAP") or shutil.which("bwrap")
@@ -139,6 +145,9 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     visible = _minimal(trees)
     for tree in visible:
         args += ["--ro-bind", tree, tree]
+    # the sandbox's uid maps to the evaluator's, so files only root may read would be readable through /etc
+    for secret in sorted(p for p in HIDDEN_IN_ETC if os.path.exists(p)):
+        args += ["--tmpfs", secret] if os.path.isdir(secret) else ["--ro-bind", "/dev/null", secret]
     args += ["--ro-bind", str(package_dir()), f"{PACKAGE_ROOT}/kernels_eval", "--bind", str(scratch), str(scratch)]
     for f in sorted({os.path.abspath(f) for f in files}):
         args += ["--ro-bind", f, f]  # at its own path: the worker imports it by the path the parent sends
