@@ -146,6 +146,7 @@ class Worker:
         self.log: LaunchLog | None = None
         self.exchange = ""
         self.cuda_ipc = True
+        self.staging = channel.Staging()
         self.channel = observe.Channel(-1)
         self.observer: observe.Observer | None = None
         self.audit_class = None
@@ -223,11 +224,7 @@ class Worker:
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
         audit = self.audit_class(self.channel, poison=msg.get("poison", True))
-        running = self._candidate_threads()
-        if running:
-            raise RuntimeError(f"{len(running)} thread(s) of the submission are running as the call starts (a "
-                               f"thread pool or background thread: work outside the audited call)")
-        threads_before = set(threading.enumerate())
+        threads_before = self._threads_at_start()
         depth = torch._C._len_torch_dispatch_stack()
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
         self.observer.begin(profile=self.device == "cpu")
@@ -251,11 +248,7 @@ class Worker:
         self.inputs = inputs
         launches = self.log.take()
         self._check_tamper("the call")
-        started = [t for t in set(threading.enumerate()) - threads_before if self._owned_thread(t)]
-        left = self._candidate_threads()
-        if started or left:
-            raise RuntimeError(f"the call left {max(len(started), len(left))} thread(s) of the submission running "
-                               f"(work after return)")
+        self._threads_at_end(threads_before)
         outputs = _as_named(out, self.outputs, torch)
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -284,11 +277,7 @@ class Worker:
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
         filled = fill_free_blocks(torch)
-        running = self._candidate_threads()
-        if running:  # the rule of the CPU path: a pool made in __init__ is work outside the judged call
-            raise RuntimeError(f"{len(running)} thread(s) of the submission are running as the call starts (a "
-                               f"thread pool or background thread: work outside the audited call)")
-        threads_before = set(threading.enumerate())
+        threads_before = self._threads_at_start()
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
         try:
             with torch.no_grad(), gpu_profiler() as prof:
@@ -299,11 +288,7 @@ class Worker:
         self.inputs = inputs
         launches = self.log.take()
         self._check_tamper("the call")
-        started = [t for t in set(threading.enumerate()) - threads_before if self._owned_thread(t)]
-        left = self._candidate_threads()
-        if started or left:
-            raise RuntimeError(f"the call left {max(len(started), len(left))} thread(s) of the submission running "
-                               f"(work after return)")
+        self._threads_at_end(threads_before)
         outputs = _as_named(out, self.outputs, torch)
         records = kineto_records(prof)
         took["run"] = time.perf_counter() - began
@@ -411,6 +396,23 @@ class Worker:
         g.manual_seed(int(seed))
         return self.reference.make_inputs(**input_kwargs, device=self.device, generator=g)
 
+    def _threads_at_start(self) -> set:
+        """The threads alive as a call starts; RuntimeError when one of the submission's is running (a pool made
+        in __init__ would do work outside the judged call)."""
+        running = self._candidate_threads()
+        if running:
+            raise RuntimeError(f"{len(running)} thread(s) of the submission are running as the call starts (a "
+                               f"thread pool or background thread: work outside the audited call)")
+        return set(threading.enumerate())
+
+    def _threads_at_end(self, before: set) -> None:
+        """RuntimeError when the call left a thread of the submission running (work after return)."""
+        started = [t for t in set(threading.enumerate()) - before if self._owned_thread(t)]
+        left = self._candidate_threads()
+        if started or left:
+            raise RuntimeError(f"the call left {max(len(started), len(left))} thread(s) of the submission running "
+                               f"(work after return)")
+
     def _candidate_threads(self) -> set:
         """Python threads alive now that the worker did not start (any target: pool workers too)."""
         return set(sys._current_frames()) - self.baseline_threads
@@ -433,7 +435,7 @@ class Worker:
             self.torch.cuda.synchronize()
 
     def _export(self, t, name: str) -> dict:
-        return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc)
+        return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc, staging=self.staging)
 
     def _check_tamper(self, when: str) -> None:
         changed = tampered({k: v for k, v in self.guard.items() if k in GUARDED})
