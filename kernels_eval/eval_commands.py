@@ -37,13 +37,14 @@ class RecordedRun:
 
 
 def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops=None, problems=None,
-                progress=None, resume: bool = False, on_start=None) -> RecordedRun:
+                progress=None, resume: bool = False, on_start=None, devices: list[int] | None = None) -> RecordedRun:
     """A run of SUBMISSION on RELEASE recorded in results file `out`: --out checked first, each row signed
     with the host key and journalled as it is judged, all merged into `out` at the end. `resume` continues
     the latest cut run of the same submission, release and hardware, skipping problems it judged with the
     same files. A ResultsWriteError names the file when something cannot be written (the journal keeps
     every row judged by then). `progress(row)` hears each row as it is kept; `on_start(n)` how many
-    problems the resumed run had judged."""
+    problems the resumed run had judged. `devices` (CUDA indices) shards the operators over those GPUs
+    (runner.evaluate): their rows come to this one journal, signed here, outside every sandbox."""
     from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_identity
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
@@ -80,7 +81,7 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
         return stored
 
     evaluate(submission, release, config=config, ops=ops, problems=problems, sink=record, skip=set(journal.rows),
-             run_id=journal.header["run_id"])
+             run_id=journal.header["run_id"], devices=devices)
     rows = list(journal.rows.values())
     try:
         merge_rows(rows, out, skip_present=True)
@@ -113,6 +114,21 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     print(f"release {args.release}: {release.integrity}", file=sys.stderr)
     device = args.device or _default_device()
+    devices = None
+    if args.devices is not None:
+        if device != "cuda":
+            print("hotshape eval: --devices needs --device cuda (CPU runs use one interpreter worker at a time)",
+                  file=sys.stderr)
+            return 2
+        import torch
+
+        from kernels_eval.harness.shard import parse_devices
+
+        try:
+            devices = parse_devices(args.devices, torch.cuda.device_count())
+        except ValueError as exc:
+            print(f"hotshape eval: {exc}", file=sys.stderr)
+            return 2
     hardware = detect_hardware(device, release.hardware_names)
     if not args.no_sandbox:
         from kernels_eval.harness.sandbox import check_bwrap
@@ -132,7 +148,7 @@ def run_eval(args: argparse.Namespace) -> int:
     progress = EvalProgress(chosen) if args.progress or sys.stderr.isatty() else None
     try:
         recorded = evaluate_to(args.out, args.submission, release, config, ops=ops, problems=problems,
-                               progress=progress, resume=args.resume,
+                               progress=progress, resume=args.resume, devices=devices,
                                on_start=progress.resumed if progress is not None else None)
     except OSError as exc:  # ResultsWriteError and the host key's errors name their file
         print(f"hotshape eval: {exc}", file=sys.stderr)
@@ -329,6 +345,9 @@ def register(subparsers) -> None:
     e.add_argument("--release", required=True)
     e.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="cuda: every problem on its shape, timed; cpu: Triton interpreter on smoke shapes")
+    e.add_argument("--devices", default=None, metavar="0,1,...|all",
+                   help="cuda only: shard the operators over these GPUs, longest first, one sandboxed worker per GPU "
+                        "at a time; rows go to one results file with their device_index")
     e.add_argument("--ops", help="comma-separated operators (default: all in the release)")
     e.add_argument("--problems", help="comma-separated problem ids")
     e.add_argument("--out", required=True, help="results Parquet file (rows are appended as a new run)")

@@ -93,7 +93,10 @@ def _normal(value, type_name: str):
 
 def canonical(row: dict, columns: list[tuple[str, str]]) -> bytes:
     """The signed bytes of a row: every (column, arrow type name) but the signature, as canonical JSON."""
-    content = {name: _normal(row.get(name), type_name) for name, type_name in columns if name != SIGNATURE}
+    from kernels_eval.results_schema import SIGNED_WHEN_SET
+
+    content = {name: _normal(row.get(name), type_name) for name, type_name in columns if name != SIGNATURE
+               and not (name in SIGNED_WHEN_SET and row.get(name) is None)}
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 

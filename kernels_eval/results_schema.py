@@ -50,6 +50,7 @@ RESULTS = pa.schema([
     ("manifest_sha256", pa.string()),
     ("key_id", pa.string()),
     ("signature", pa.string()),
+    ("device_index", pa.int32()),
 ])
 # Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
 # it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
@@ -60,7 +61,12 @@ RESULTS = pa.schema([
 # (kernels_eval/results_key.py).
 # evaluated_at: a UTC timestamp (seconds); files written before it was typed hold ISO 8601 text, read as the same
 # instant (and signed as the same text: results_key normalises both to isoformat).
-LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature")
+# device_index: the CUDA device (the evaluator's index) whose worker judged the row; null on cpu and in files
+# written before it. Rows signed before it existed hold no value there, so it is signed only where it has one
+# (results_key.canonical) and their signatures still verify.
+LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature",
+                 "device_index")
+SIGNED_WHEN_SET = ("device_index",)
 
 
 def timestamp(value) -> datetime | None:

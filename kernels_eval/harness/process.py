@@ -25,11 +25,11 @@ class WorkerProcess:
 
     def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float,
                  wait: bool = True, sandboxed: bool = True, max_processes: int = 64, scratch: Path | None = None,
-                 files: tuple[Path, ...] = (), use_cgroup: bool = True) -> None:
+                 files: tuple[Path, ...] = (), use_cgroup: bool = True, visible_device: int | None = None) -> None:
         """Spawn the worker (in the sandbox unless sandboxed=False; `scratch` is its one writable directory,
         `files` the candidate files it may read); with wait=False return at once and let the first request
         wait for its ready line (so the next operator's worker can import torch while the current one is
-        judged)."""
+        judged). `visible_device` (a CUDA index of this process) is the one GPU the worker is shown."""
         bwrap = sandbox.find_bwrap() if sandboxed else None
         if sandboxed and bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
@@ -40,7 +40,7 @@ class WorkerProcess:
         argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w), str(obs_w)]
         if bwrap is not None:
             argv, env = sandbox.bwrap_command(bwrap, argv, device=device, scratch=scratch or log_path.parent,
-                                              files=files)
+                                              files=files, visible_device=visible_device)
         else:
             env = {k: v for k, v in os.environ.items() if not k.startswith("HOTSHAPE_")}
             # the worker imports kernels_eval from this checkout even where the package is not installed
@@ -50,6 +50,8 @@ class WorkerProcess:
                 env["TRITON_INTERPRET"] = "1"
             else:
                 env.pop("TRITON_INTERPRET", None)
+            if visible_device is not None:
+                env["CUDA_VISIBLE_DEVICES"] = sandbox.visible_devices(visible_device, os.environ)
         self.sandboxed = bwrap is not None
         self.log_path = log_path
         self.memory_bytes = memory_bytes

@@ -14,13 +14,14 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kernels_eval import registry
-from kernels_eval.harness import adoption, observe
+from kernels_eval.harness import adoption, channel, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
@@ -53,6 +54,7 @@ class EvalConfig:
     time_reference: bool = False  # also time the PyTorch reference (t_reference_s, speedup); scores use
     # the roofline, and timing the reference cost a full timing per problem
     run: int = 0
+    device_index: int | None = None  # the CUDA device of this worker and its references (`evaluate(devices=)`)
     hardware: str | None = None
     keep_logs: Path | None = None
     extra: dict = field(default_factory=dict)
@@ -97,6 +99,7 @@ class OperatorJudge:
         self.reference = registry.load_reference(operator)
         self.worker: WorkerProcess | None = worker  # a pre-started one (see `start_worker`), or spawned on need
         self.exchange = Path(tempfile.mkdtemp(prefix=f"x-{operator}-", dir=workdir))
+        self.staging = channel.Staging()  # pinned host buffer of CUDA tensors read from the exchange
         self.log = workdir / f"{operator}.log"
         self.initialized_with = None
         self.spent: dict[str, float] = {}  # seconds per evaluator step, for the run log (see `_clock`)
@@ -147,7 +150,7 @@ class OperatorJudge:
 
         if not isinstance(descs, dict):
             raise ValueError("worker reply lacks a tensor table")
-        return {str(k): import_tensor(v, str(self.exchange)) for k, v in descs.items()}
+        return {str(k): import_tensor(v, str(self.exchange), self.staging) for k, v in descs.items()}
 
     def _reference_inputs(self, input_kwargs: dict, seed: int) -> dict:
         import torch
@@ -164,7 +167,8 @@ class OperatorJudge:
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction,
-                              "cuda_ipc": not self.config.sandbox},
+                              # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
+                              "cuda_ipc": not self.config.sandbox and self.config.device_index is None},
                               max(self.config.call_timeout_s, self.config.start_timeout_s))
         if reply.get("ok"):
             self.initialized_with = (id(self.worker), _shape_text(init_kwargs))
@@ -464,10 +468,12 @@ def release_identity(release: ReleaseView) -> dict:
 
 def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, config: EvalConfig,
              ops: list[str] | None = None, problems: list[str] | None = None, progress=None, sink=None,
-             skip=(), run_id: str | None = None) -> list[dict]:
+             skip=(), run_id: str | None = None, devices: list[int] | None = None) -> list[dict]:
     """Result rows (results_schema.RESULTS columns) of a submission on a release's problems. Each row goes to
     `sink(row)` (which returns the row as stored) as soon as its problem is judged, so a cut run keeps it;
-    problems in `skip` (judged before, in the run being resumed) are not run."""
+    problems in `skip` (judged before, in the run being resumed) are not run. With `devices` (CUDA indices)
+    the operators are sharded over them longest-first (harness/shard.py): one thread per device judges its
+    operators there, one worker at a time shown only that device; rows reach `sink` one at a time."""
     if not isinstance(release, ReleaseView):
         release = read_release_view(release)
     submission = Path(submission)
@@ -485,42 +491,100 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
             **release_identity(release), "sandboxed": bool(getattr(config, "sandbox", False))}
     rows = []
     emitted: set[str] = set()
+    one_writer = threading.Lock()  # device threads hand rows to the sink (the journal) one at a time
     # hashed before any candidate runs: the row names the file that was judged, not what it became
     shas = {op: file_sha256(f) for op, f in files.items() if f is not None}
 
-    def emit(p: Problem, verdict: dict) -> None:
-        if p.problem_id in emitted:
-            return
-        sha = shas.get(p.operator)
-        row = result_row(base, p, verdict, sha, _t_roofline(roof, p, hardware), config.device)
-        rows.append(sink(row) if sink is not None else row)
-        emitted.add(p.problem_id)
+    def emit(p: Problem, verdict: dict, device_index: int | None, announce: bool = False) -> None:
+        with one_writer:
+            if p.problem_id in emitted:
+                return
+            sha = shas.get(p.operator)
+            row = result_row(base, p, verdict, sha, _t_roofline(roof, p, hardware), config.device)
+            row["device_index"] = device_index
+            rows.append(sink(row) if sink is not None else row)
+            emitted.add(p.problem_id)
+            if announce and progress:
+                progress(p, verdict)
+
+    by_op: dict[str, list[Problem]] = {}
+    for p in chosen:
+        by_op.setdefault(p.operator, []).append(p)
+    if devices:
+        from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
+
+        costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
+        shards = [(replace(config, device_index=d), shard)
+                  for d, shard in zip(devices, lpt_plan(costs, len(devices))) if shard]
+    else:
+        shards = [(config, list(by_op))]
+    workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
+    try:
+        if len(shards) == 1:
+            _run_shard(shards[0][1], by_op, files, shards[0][0], workdir, emit)
+        else:
+            threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit),
+                                        name=f"eval-device-{cfg.device_index}", daemon=True)
+                       for cfg, shard in shards]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        # a device thread that died outright left problems unjudged: each still gets its one row
+        for cfg, shard in shards:
+            for op in shard:
+                for p in by_op[op]:
+                    emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
+                                                          "evaluation stopped"}, _row_device(cfg))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+def _row_device(config: EvalConfig) -> int | None:
+    """The device index a row records: the shard's, else CUDA device 0 (a worker's default), none on cpu."""
+    if config.device_index is not None:
+        return config.device_index
+    return 0 if config.device == "cuda" else None
+
+
+def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,
+               emit) -> None:
+    """Judge the operators of one device in order, each problem's row to `emit` as it is judged. An error of
+    the device (it cannot be selected, an operator's judging raises) fails only the problems it left unjudged."""
+    index = _row_device(config)
+    try:
+        if config.device == "cuda" and config.device_index is not None:
+            import torch
+
+            torch.cuda.set_device(config.device_index)  # this thread's references run on the worker's GPU
+    except Exception as exc:  # noqa: BLE001 - every problem of the shard fails with the reason
+        failed = {"stage": "compile", "error": f"device {config.device_index} unusable: {type(exc).__name__}: {exc}"}
+        for op in shard:
+            for p in by_op[op]:
+                emit(p, failed, index)
+        return
+    sub = workdir / f"device-{index}" if config.device_index is not None else workdir
+    sub.mkdir(parents=True, exist_ok=True)
+    spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
+    # Each operator's worker is started while the previous operator is judged: importing torch takes
+    # seconds of host time and touches no GPU (the CUDA context is made by its first command).
+    judged = [op for op in shard if files.get(op) is not None and registry.is_benchmarkable(op)]
+
+    def prestart(op: str | None) -> None:
+        if op is not None and op not in spares:
+            try:
+                spares[op] = start_worker(config, sub / f"{op}.log", wait=False)
+            except OSError:
+                pass  # started on demand instead
 
     def on_verdict(p: Problem, verdict: dict) -> None:
-        emit(p, verdict)
-        if progress:
-            progress(p, verdict)
-    workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
-    spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
+        emit(p, verdict, index, announce=True)
+
     try:
-        by_op: dict[str, list[Problem]] = {}
-        for p in chosen:
-            by_op.setdefault(p.operator, []).append(p)
-        # Each operator's worker is started while the previous operator is judged: importing torch takes
-        # seconds of host time and touches no GPU (the CUDA context is made by its first command).
-        judged = [op for op in by_op if files.get(op) is not None and registry.is_benchmarkable(op)]
-
-        def prestart(op: str | None) -> None:
-            if op is not None and op not in spares:
-                try:
-                    spares[op] = start_worker(config, workdir / f"{op}.log", wait=False)
-                except OSError:
-                    pass  # started on demand instead
-
         prestart(judged[0] if judged else None)
-        for op, plist in by_op.items():
-            file = files.get(op)
-            verdicts: dict[str, dict] = {}
+        for op in shard:
+            plist, file = by_op[op], files.get(op)
             if op in judged:
                 following = judged.index(op) + 1
                 prestart(judged[following] if following < len(judged) else None)
@@ -532,14 +596,16 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                 verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
                             for p in plist}
             else:
-                verdicts = _judge_operator(op, file, plist, config, workdir, on_verdict, spares.pop(op, None))
+                try:
+                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None))
+                except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
+                    error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
+                    verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}
             for p in plist:
-                emit(p, verdicts[p.problem_id])
+                emit(p, verdicts[p.problem_id], index)
     finally:
         for spare in spares.values():
             spare.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-    return rows
 
 
 def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | None:
@@ -563,7 +629,8 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool) -> WorkerProces
     # the run's scratch directory (exchange directories, Triton cache) is the sandbox's one writable place
     return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=memory,
                          start_timeout_s=config.start_timeout_s, wait=wait, sandboxed=config.sandbox,
-                         max_processes=config.max_processes, scratch=log_path.parent, files=config.candidate_files)
+                         max_processes=config.max_processes, scratch=log_path.parent, files=config.candidate_files,
+                         visible_device=config.device_index if config.device == "cuda" else None)
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,

@@ -31,6 +31,7 @@ PREFIX_ENV = ("LC_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "CUBLAS_",
 SECRET_ENV = re.compile(r"^(HOTSHAPE_|AWS_|GOOGLE_|AZURE_)|KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE",
                         re.IGNORECASE)
 GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
+GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")  # one GPU's node; nvidiactl, nvidia-uvm and the rest serve them all
 
 
 class SandboxUnavailable(RuntimeError):
@@ -99,6 +100,32 @@ def _minimal(paths: Iterable[str]) -> list[str]:
     return kept
 
 
+def visible_devices(index: int, environ: Mapping[str, str] | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES of a worker shown the evaluator's CUDA device `index`: that entry of the
+    evaluator's own CUDA_VISIBLE_DEVICES where it has one, else the index."""
+    environ = os.environ if environ is None else environ
+    own = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if own:
+        if index >= len(own):
+            raise ValueError(f"CUDA device {index}: CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']} shows {len(own)}")
+        return own[index]
+    return str(index)
+
+
+def gpu_nodes(visible_device: int | None = None, environ: Mapping[str, str] | None = None,
+              nodes: Iterable[str] | None = None) -> list[str]:
+    """The device nodes a CUDA worker gets: all of them, or for one `visible_device` the shared nodes and that
+    GPU's /dev/nvidiaN, the index-th by minor number (CUDA numbers the GPUs present in bus order, and a
+    container shows some of them). Where the evaluator itself was shown a subset (CUDA_VISIBLE_DEVICES), or
+    the index has no node, every node is kept: CUDA_VISIBLE_DEVICES alone then picks the GPU."""
+    environ = os.environ if environ is None else environ
+    found = sorted({n for pattern in GPU_NODES for n in glob.glob(pattern)}) if nodes is None else sorted(nodes)
+    gpus = sorted((n for n in found if GPU_NODE.match(n)), key=lambda n: int(GPU_NODE.match(n).group(1)))
+    if visible_device is None or environ.get("CUDA_VISIBLE_DEVICES") or visible_device >= len(gpus):
+        return found
+    return [n for n in found if not GPU_NODE.match(n) or n == gpus[visible_device]]
+
+
 def sandbox_env(device: str, triton_cache: Path, environ: Mapping[str, str] | None = None,
                 visible: Iterable[str] = ()) -> dict[str, str]:
     """The worker's environment: allow-listed variables of `environ` (never HOTSHAPE_* or credentials) plus
@@ -118,8 +145,15 @@ def sandbox_env(device: str, triton_cache: Path, environ: Mapping[str, str] | No
 
 
 def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path, files: Iterable[Path] = (),
-                  environ: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) that run `command` in the sandbox; start it with exactly that env (see the module doc)."""
+                  environ: Mapping[str, str] | None = None,
+                  visible_device: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) that run `command` in the sandbox; start it with exactly that env (see the module doc).
+    `visible_device`: the evaluator's CUDA index of the one GPU the sandbox shows (its node, and
+    CUDA_VISIBLE_DEVICES)."""
+    environ = os.environ if environ is None else environ
+    nodes = gpu_nodes(visible_device, environ) if device == "cuda" else []
+    if device == "cuda" and visible_device is not None:
+        environ = {**environ, "CUDA_VISIBLE_DEVICES": visible_devices(visible_device, environ)}
     scratch = Path(os.path.abspath(scratch))
     triton_cache = scratch / "triton-cache"
     triton_cache.mkdir(parents=True, exist_ok=True)
@@ -127,10 +161,8 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(UID), "--gid", str(UID), "--hostname",
             "sandbox", "--die-with-parent", "--new-session",
             "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
-    if device == "cuda":
-        for pattern in GPU_NODES:
-            for node in sorted(glob.glob(pattern)):
-                args += ["--dev-bind", node, node]
+    for node in nodes:
+        args += ["--dev-bind", node, node]
     for top in TOP_LEVEL:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]

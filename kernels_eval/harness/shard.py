@@ -1,0 +1,82 @@
+"""Which device judges which operator in a run over several GPUs: longest-processing-time-first (LPT) over
+per-operator cost estimates. Torch-free (pyyaml for the recorded table, problem counts without it).
+
+A run's cost of an operator is its recorded evaluation seconds per problem (eval_seconds.yaml, from a full
+one-GPU run) times its problems in this run; an operator the table lacks costs the table's mean seconds per
+problem. LPT takes operators by falling cost (ties by name) and gives each to the device with the least
+cost so far (ties by position), so a plan depends only on its inputs; its makespan is within Graham's list
+bound, total / n + (1 - 1 / n) * the largest cost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SECONDS_TABLE = Path(__file__).resolve().parents[1] / "eval_seconds.yaml"
+DEFAULT_PER_PROBLEM_S = 1.0  # without any table: problem counts alone decide
+
+
+def recorded_seconds(path: str | Path | None = None) -> dict[str, tuple[float, int]]:
+    """operator → (recorded eval_s, problems it was recorded over); empty without pyyaml or the file."""
+    try:
+        import yaml
+    except ImportError:
+        return {}
+    path = Path(path) if path is not None else SECONDS_TABLE
+    try:
+        table = yaml.safe_load(path.read_text()) or {}
+    except OSError:
+        return {}
+    out = {}
+    for op, entry in (table.get("operators") or {}).items():
+        seconds, problems = float(entry["eval_s"]), int(entry["problems"])
+        if seconds < 0 or problems <= 0:
+            raise ValueError(f"{path}: operator {op}: eval_s must be >= 0 and problems > 0")
+        out[str(op)] = (seconds, problems)
+    return out
+
+
+def operator_costs(counts: dict[str, int], recorded: dict[str, tuple[float, int]]) -> dict[str, float]:
+    """operator → estimated seconds for its `counts[operator]` problems in this run."""
+    total_s = sum(s for s, _ in recorded.values())
+    total_n = sum(n for _, n in recorded.values())
+    mean = total_s / total_n if total_n else DEFAULT_PER_PROBLEM_S
+    return {op: n * (recorded[op][0] / recorded[op][1] if op in recorded else mean) for op, n in counts.items()}
+
+
+def lpt_plan(costs: dict[str, float], n_devices: int) -> list[list[str]]:
+    """Operators per device position (each list longest first): LPT over `costs`, deterministic."""
+    if n_devices < 1:
+        raise ValueError("a plan needs at least one device")
+    shards: list[list[str]] = [[] for _ in range(n_devices)]
+    loads = [0.0] * n_devices
+    for op in sorted(costs, key=lambda o: (-costs[o], o)):
+        i = min(range(n_devices), key=lambda d: (loads[d], d))
+        shards[i].append(op)
+        loads[i] += costs[op]
+    return shards
+
+
+def makespan(shards: list[list[str]], costs: dict[str, float]) -> float:
+    """The largest estimated seconds of one device in a plan."""
+    return max((sum(costs[op] for op in shard) for shard in shards), default=0.0)
+
+
+def parse_devices(text: str, available: int) -> list[int]:
+    """Device indices of `--devices` ('0,1,3' or 'all'); a ValueError naming what is wrong."""
+    if text.strip() == "all":
+        if available < 1:
+            raise ValueError("--devices all: no CUDA device is visible")
+        return list(range(available))
+    try:
+        indices = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--devices {text!r}: expected comma-separated device indices or 'all'") from None
+    if not indices:
+        raise ValueError("--devices: no device given")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"--devices {text!r}: a device is named twice")
+    bad = [i for i in indices if i < 0 or i >= available]
+    if bad:
+        raise ValueError(f"--devices {text!r}: no device {bad[0]} ({available} visible)")
+    return indices
