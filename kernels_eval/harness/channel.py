@@ -1,17 +1,21 @@
-"""Parent ⇄ worker messages (length-prefixed JSON over pipes) and tensor transport (files on CPU, CUDA IPC on GPU).
+"""Parent ⇄ worker messages (length-prefixed JSON over pipes) and tensor transport (raw files, or CUDA IPC).
 
-Nothing here unpickles data from the worker: CPU tensors travel as `torch.save` files read back with
-`weights_only=True`, CUDA tensors as IPC handles whose fields are validated before the parent opens them.
+Nothing here unpickles data from the worker: a tensor travels as a file of its bytes (C order) plus its dtype
+and shape, which the parent checks against the file's size before reading it, or, unsandboxed on a GPU, as an
+IPC handle whose fields are validated before the parent opens them.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import os
+import stat
 import struct
 
 MAX_MESSAGE_BYTES = 64 << 20
+STAGING_BYTES = 64 << 20  # pinned host buffer a CUDA tensor is copied through, a chunk at a time
 
 
 def send(fd: int, message: dict) -> None:
@@ -49,9 +53,42 @@ def recv(fd: int) -> dict:
 # ---- tensors -------------------------------------------------------------------------------------------
 
 
-def export_tensor(t, directory: str, name: str, cuda_ipc: bool = True) -> dict:
-    """A description of tensor `t` another process can open: a file for CPU tensors, an IPC handle for CUDA
-    (or, with cuda_ipc=False, a host copy in a file that the importer moves back to the tensor's device)."""
+class Staging:
+    """A pinned host buffer that CUDA tensors cross the host through, a chunk at a time, reused between
+    transfers (allocated on the first one: pinning is slow, and fresh host pages fault on first touch)."""
+
+    def __init__(self, nbytes: int = STAGING_BYTES) -> None:
+        self.nbytes, self.buf, self.view = nbytes, None, None
+
+    def _pinned(self):
+        import torch
+
+        if self.buf is None:
+            self.buf = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=True)
+            self.view = memoryview(self.buf.numpy())
+        return self.buf, self.view
+
+    def chunks(self, flat):
+        """memoryviews of successive pinned copies of the uint8 CUDA tensor `flat`, each valid until the next."""
+        buf, view = self._pinned()
+        for start in range(0, flat.numel(), self.nbytes):
+            n = min(self.nbytes, flat.numel() - start)
+            buf[:n].copy_(flat[start:start + n])
+            yield view[:n]
+
+    def fill(self, fd: int, out) -> None:
+        """Read the uint8 CUDA tensor `out` from `fd`, a pinned chunk at a time."""
+        buf, view = self._pinned()
+        for start in range(0, out.numel(), self.nbytes):
+            n = min(self.nbytes, out.numel() - start)
+            _read_into(fd, view[:n])
+            out[start:start + n].copy_(buf[:n])
+
+
+def export_tensor(t, directory: str, name: str, cuda_ipc: bool = True, staging: Staging | None = None) -> dict:
+    """A description of tensor `t` another process can open: an IPC handle for a CUDA tensor while cuda_ipc,
+    else a raw file of its bytes (a CUDA tensor copied to the host through `staging`) that the importer moves
+    back to the tensor's device."""
     import torch
 
     if t.device.type == "cuda" and cuda_ipc:
@@ -65,9 +102,22 @@ def export_tensor(t, directory: str, name: str, cuda_ipc: bool = True) -> dict:
                 "handle": _b64(handle), "size_bytes": int(size_bytes), "offset_bytes": int(offset_bytes),
                 "rc_handle": _b64(rc_handle), "rc_offset": int(rc_offset),
                 "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}
-    path = os.path.join(directory, f"{name}.pt")
-    torch.save(t.detach().cpu() if t.device.type == "cuda" else t.detach().clone(), path)
-    return {"kind": "file", "path": path, "device": t.device.type}
+    src = t.detach().contiguous()
+    flat = src.reshape(-1).view(torch.uint8)
+    if src.device.type == "cuda":
+        pieces = (staging or Staging()).chunks(flat)
+    else:
+        pieces = [memoryview(flat.numpy())] if flat.numel() else []
+    path = os.path.join(directory, f"{name}.raw")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        for view in pieces:
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return {"kind": "raw", "path": path, "dtype": str(src.dtype).removeprefix("torch."), "shape": list(src.shape),
+            "device": src.device.type}
 
 
 def _b64(value) -> str | None:
@@ -82,26 +132,15 @@ def _unb64(value) -> bytes | None:
     return base64.b64decode(value)
 
 
-def import_tensor(desc: dict, directory: str):
-    """Open a tensor described by `export_tensor`: a file is read and removed; a CUDA IPC handle is mapped
+def import_tensor(desc: dict, directory: str, staging: Staging | None = None):
+    """Open a tensor described by `export_tensor`: a raw file is checked, read and removed; a CUDA IPC handle is mapped
     (the worker keeps the memory alive until its next command)."""
     import torch
 
     if not isinstance(desc, dict):
         raise ValueError("tensor description is not an object")
-    if desc.get("kind") == "file":
-        path = os.path.realpath(str(desc["path"]))
-        if os.path.dirname(path) != os.path.realpath(directory):
-            raise ValueError(f"tensor file {path} is outside the exchange directory")
-        t = torch.load(path, weights_only=True, map_location="cpu")
-        os.unlink(path)
-        if type(t) is not torch.Tensor:
-            raise ValueError(f"tensor file holds a {type(t).__name__}, not a torch.Tensor")
-        if desc.get("device") == "cuda":
-            t = t.to("cuda")
-        elif desc.get("device") not in (None, "cpu"):
-            raise ValueError(f"unknown tensor device {desc.get('device')!r}")
-        return t
+    if desc.get("kind") == "raw":
+        return _import_raw(desc, directory, staging)
     if desc.get("kind") == "cuda_ipc":
         from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
@@ -115,3 +154,52 @@ def import_tensor(desc: dict, directory: str):
                                 _unb64(desc["event_handle"]), bool(desc["event_sync"]))
         return t
     raise ValueError(f"unknown tensor transport {desc.get('kind')!r}")
+
+
+def _dtypes() -> dict:
+    import torch
+
+    return {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        n = os.readv(fd, [view[done:]])
+        if n == 0:
+            raise ValueError(f"tensor file ended after {done} of {len(view)} bytes")
+        done += n
+
+
+def _import_raw(desc: dict, directory: str, staging: Staging | None):
+    """The tensor of a raw file inside `directory` whose size is exactly its dtype and shape's (moved to a CUDA
+    device through `staging`); the file is removed once read."""
+    import torch
+
+    path = os.path.realpath(str(desc.get("path")))
+    if os.path.dirname(path) != os.path.realpath(directory):
+        raise ValueError(f"tensor file {path} is outside the exchange directory")
+    dtype = _dtypes().get(desc.get("dtype")) if isinstance(desc.get("dtype"), str) else None
+    if dtype is None:
+        raise ValueError(f"unknown tensor dtype {desc.get('dtype')!r}")
+    shape = desc.get("shape")
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"bad tensor shape {shape!r}")
+    device = desc.get("device")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown tensor device {device!r}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != nbytes:
+            raise ValueError(f"tensor file of {info.st_size} bytes, not the {nbytes} of {dtype} {shape}")
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if device == "cuda":
+            (staging or Staging()).fill(fd, buf)
+        else:
+            _read_into(fd, memoryview(buf.numpy()))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return buf.view(dtype).reshape(shape)

@@ -134,7 +134,7 @@ def test_file_transport_refuses_paths_outside_the_exchange(tmp_path):
     desc = channel.export_tensor(t, str(tmp_path), "out")
     assert torch.equal(channel.import_tensor(desc, str(tmp_path)), t)
     with pytest.raises(ValueError, match="outside"):
-        channel.import_tensor({"kind": "file", "path": "/etc/passwd"}, str(tmp_path))
+        channel.import_tensor({"kind": "raw", "path": "/etc/passwd", "dtype": "uint8", "shape": [1], "device": "cpu"}, str(tmp_path))
     with pytest.raises(ValueError, match="transport"):
         channel.import_tensor({"kind": "pickle"}, str(tmp_path))
 
