@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ingest.cluster import add_cluster_argument
 from ingest.discovery import discover
 
 def _progress(items, total=None):
@@ -29,7 +30,8 @@ def run_ingest(args: argparse.Namespace) -> int:
     root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
     captures = [Path(c) for c in args.capture] if args.capture else None
     summary = write_ingest(
-        paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs
+        paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs,
+        cluster=args.cluster,
     )
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -62,5 +64,6 @@ def register(subparsers) -> None:
                    help="a graph-capture trace explaining CUDA/HIP-graph replays (repeat the flag for more)")
     p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
     p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: every core once the input is over 20 MB)")
+    add_cluster_argument(p)
     p.set_defaults(func=run_ingest)
 

@@ -24,6 +24,7 @@ def write_ingest(
     captures=None,
     taxonomy=None,
     jobs: int | None = None,
+    cluster: str | None = None,
 ) -> dict:
     """Ingest `paths` into the trace store at `out` (see ingest.store), then rewrite its views;
     the summary `hotshape ingest --json` prints (every trace of the store, one entry per trace).
@@ -35,5 +36,6 @@ def write_ingest(
 
     store = TraceStore(out)
     names = [_display_path(Path(p), root) for p in paths]
-    report = store.ingest(paths, names, jobs=jobs, captures=captures, taxonomy=taxonomy, progress=progress)
+    report = store.ingest(paths, names, jobs=jobs, captures=captures, taxonomy=taxonomy, progress=progress,
+                          cluster=cluster)
     return store.write_views(report.unreadable) | {"parsed": len(report.parsed), "reused": len(report.reused)}

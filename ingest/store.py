@@ -26,6 +26,7 @@ import io
 import json
 import multiprocessing
 import os
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -118,7 +119,8 @@ class TraceStore:
     def _write(self, path: str, data: bytes) -> None:
         """`data` at `path` through a temporary name beside it, so nobody sees half a file."""
         folder, name = path.rsplit("/", 1)
-        tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
+        # pid alone can repeat across hosts of one cluster writing the same trace (a retried task)
+        tmp = f"{folder}/.{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         self.fs.makedirs(folder, exist_ok=True)
         self.fs.pipe_file(tmp, data)
         if self.local:
@@ -252,13 +254,15 @@ class TraceStore:
     # ---- ingesting ------------------------------------------------------------------------------
     def ingest(self, paths: list[str | Path], names: list[str] | None = None, *, jobs: int | None = None,
                captures: list[Path] | None = None, taxonomy=None,
-               progress: Callable[..., Iterable] | None = None) -> IngestReport:
+               progress: Callable[..., Iterable] | None = None, cluster: str | None = None) -> IngestReport:
         """Put every trace of `paths` the store lacks into it, `jobs` at a time; what was parsed and reused.
 
         `names` (default: the paths as given) are the names recorded in the path index. Workers
         write the store themselves and return only their trace_id, so memory grows with `jobs`,
         not with the number of traces. Graph-capture traces (`captures`, else the ones a
         capture_traces/execution_details.json beside each trace names) are parsed once per store.
+        With `cluster` (a Dask scheduler address) the parses run on its workers instead
+        (ingest.cluster): the same tasks, so the store gets the same bytes.
         """
         from ingest.graphs import capture_traces_for
 
@@ -286,9 +290,14 @@ class TraceStore:
                 report.parsed.append(tid)
                 continue
             pending[tid] = (self.url, str(path), name, digests, taxonomy)
-        tasks = sorted(pending.values(), key=lambda t: -Path(t[1]).stat().st_size)  # longest first
+        ordered = sorted(pending.items(), key=lambda item: -Path(item[1][1]).stat().st_size)  # longest first
+        tasks = [task for _, task in ordered]
         jobs = self.default_jobs(tasks) if jobs is None else jobs
-        if jobs > 1 and len(tasks) > 1 and self.local:
+        if cluster and tasks:
+            from ingest.cluster import ingest_on_cluster
+
+            report.parsed += ingest_on_cluster(cluster, ordered, self, progress=progress)
+        elif jobs > 1 and len(tasks) > 1 and self.local:
             with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
                                      mp_context=multiprocessing.get_context("spawn")) as pool:
                 done = pool.map(_ingest_one, tasks)

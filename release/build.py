@@ -43,8 +43,9 @@ def default_store(release: str | Path) -> Path:
 
 
 def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None = None, policy=None, *,
-         store: str | Path, jobs: int | None = None) -> Mined:
-    """Put the traces the fleet claims into the trace store (only what it lacks), then mine the store."""
+         store: str | Path, jobs: int | None = None, cluster: str | None = None) -> Mined:
+    """Put the traces the fleet claims into the trace store (only what it lacks; on the Dask scheduler at
+    `cluster` when given), then mine the store."""
     from ingest.store import TraceStore
     from weighting.fleet import load_fleet
 
@@ -52,7 +53,7 @@ def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None 
     fleet = load_fleet(fleet_path, root, accelerators=set(hardware) if hardware else None)
     names = sorted(fleet.assignment())
     ts = TraceStore(store)
-    report = ts.ingest([root / n for n in names], names, jobs=jobs)
+    report = ts.ingest([root / n for n in names], names, jobs=jobs, cluster=cluster)
     return mine_store(ts, fleet, report.ids, policy, unreadable=report.unreadable)
 
 
@@ -271,7 +272,8 @@ def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict,
 def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, name: str | None = None,
                   key: bytes | str | None = None, created: str | None = None, policy=None,
                   hardware: dict | None = None, signing_key=None, wait_s: float = 0.0,
-                  store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None) -> dict:
+                  store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None,
+                  cluster: str | None = None) -> dict:
     """Build a new release at `out` from a trace root and fleet.yaml; a summary of what was written.
 
     Traces come from the trace store `store` (default: default_store(out)), which gains what it
@@ -279,7 +281,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     """
     hardware = load_hardware_or_none() if hardware is None else hardware
     if mined is None:
-        mined = mine(traces, fleet, hardware, policy, store=store or default_store(out), jobs=jobs)
+        mined = mine(traces, fleet, hardware, policy, store=store or default_store(out), jobs=jobs, cluster=cluster)
     key, key_source = ids.resolve_key(key, derive_from=(
         ids.canonical_json(sorted(mined.traces["trace_id"].to_list())).encode(), Path(fleet).read_bytes()))
     probs = problems_of(mined.selected, key)
@@ -340,7 +342,8 @@ def _merge_provenance(old: pl.DataFrame | None, new: pl.DataFrame) -> pl.DataFra
 
 def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None = None,
                     policy=None, hardware: dict | None = None, signing_key=None, wait_s: float = 0.0,
-                    store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None) -> dict:
+                    store: str | Path | None = None, jobs: int | None = None, mined: Mined | None = None,
+                    cluster: str | None = None) -> dict:
     """Add weights vN+1 to `release` from the current traces, under the release's lock (waiting up to `wait_s`).
 
     Read, mined and written under one lock: a second refresh started meanwhile builds on this one's
@@ -350,11 +353,12 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
 
     with release_lock(release, wait_s):
         return _refresh(release, traces, fleet, created=created, policy=policy, hardware=hardware,
-                        signing_key=signing_key, store=store, jobs=jobs, mined=mined)
+                        signing_key=signing_key, store=store, jobs=jobs, mined=mined, cluster=cluster)
 
 
 def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, created: str | None, policy,
-             hardware: dict | None, signing_key, store=None, jobs=None, mined: Mined | None = None) -> dict:
+             hardware: dict | None, signing_key, store=None, jobs=None, mined: Mined | None = None,
+             cluster: str | None = None) -> dict:
     """Add weights vN+1 to `release` from the current traces, over the same problem ids.
 
     Problems no longer hot get weight 0; the rest are renormalised to sum to 1 (each phase column
@@ -371,7 +375,8 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     key, _ = ids.resolve_key(release=rel.root)  # the version just verified, not whatever the path holds now
     hardware = load_hardware_or_none() if hardware is None else hardware
     if mined is None:
-        mined = mine(traces, fleet, hardware, policy, store=store or default_store(release), jobs=jobs)
+        mined = mine(traces, fleet, hardware, policy, store=store or default_store(release), jobs=jobs,
+                     cluster=cluster)
     new = problems_of(mined.selected, key)
     ids_now = set(rel.manifest["problem_id"].to_list())
     kept = new.filter(pl.col("problem_id").is_in(ids_now))

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from ingest.cluster import add_cluster_argument
+
 
 def _policy(path):
     if path is None:
@@ -39,7 +41,7 @@ def run_build(args: argparse.Namespace) -> int:
     def go():
         s = build_release(args.traces, args.fleet, args.out, name=args.name, created=args.created,
                           policy=_policy(args.policy), signing_key=args.signing_key, wait_s=args.wait_s,
-                          store=args.store, jobs=args.jobs)
+                          store=args.store, jobs=args.jobs, cluster=args.cluster)
         return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} operators, "
                        f"coverage {s['coverage'].get('coverage_of_fleet', 0):.1%}, leak check passed")
 
@@ -52,7 +54,8 @@ def run_refresh(args: argparse.Namespace) -> int:
 
     def go():
         s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy),
-                            signing_key=args.signing_key, wait_s=args.wait_s, store=args.store, jobs=args.jobs)
+                            signing_key=args.signing_key, wait_s=args.wait_s, store=args.store, jobs=args.jobs,
+                            cluster=args.cluster)
         return _report(args, s, f"{s['release']}: weights v{s['version']} ({s['dropped']} problems "
                        f"dropped to 0, {s['candidates']} candidates), total variation vs "
                        f"v{s['version'] - 1} {s['drift']['total_variation']:.4f}")
@@ -123,6 +126,7 @@ def _store_arguments(p) -> None:
     p.add_argument("--store", help="trace store to read and extend (a directory or fsspec URL, e.g. the --out of "
                    "`hotshape ingest`; default: RELEASE.store beside the release)")
     p.add_argument("--jobs", type=int, help="traces parsed at once (default: every core once the input is over 20 MB)")
+    add_cluster_argument(p)
 
 
 def _version(text: str) -> int:

@@ -1,0 +1,144 @@
+"""Ingest on a real Dask scheduler and two worker processes (loopback): same release bytes as a local build,
+and a worker SIGKILLed mid-run loses nothing and duplicates nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed")
+
+from release.build import build_release  # noqa: E402
+from release.bundle import read_release  # noqa: E402
+
+DASK = Path(sys.executable).with_name("dask")
+START_TIMEOUT_S = 90
+
+
+class Cluster:
+    """A `dask scheduler` and `dask worker` processes, each in its own process group."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.scheduler_file = folder / "scheduler.json"
+        self.workers: list[subprocess.Popen] = []
+        # one retry of a task whose worker died, then KilledWorker (what ingest.cluster documents)
+        env = os.environ | {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+        self.scheduler = self._start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                      "--scheduler-file", self.scheduler_file], "scheduler", env)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.scheduler_file.is_file():
+            assert self.scheduler.poll() is None, (folder / "scheduler.log").read_text()
+            assert time.monotonic() < deadline, "scheduler did not start"
+            time.sleep(0.1)
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+
+    def _start(self, argv, name: str, env=None) -> subprocess.Popen:
+        log = open(self.folder / f"{name}.log", "wb")
+        return subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+
+    def add_workers(self, n: int) -> None:
+        from distributed import Client
+
+        for i in range(n):
+            self.workers.append(self._start(
+                [DASK, "worker", "--scheduler-file", self.scheduler_file, "--host", "127.0.0.1", "--nworkers", "1",
+                 "--nthreads", "1", "--memory-limit", "2GB", "--no-dashboard", "--name", f"w{len(self.workers)}"],
+                f"worker{len(self.workers)}"))
+        with Client(self.address, timeout=START_TIMEOUT_S) as client:
+            client.wait_for_workers(len(self.workers), timeout=START_TIMEOUT_S)
+
+    @staticmethod
+    def kill(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            self.kill(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in [*self.workers, self.scheduler]:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+                proc.wait(10)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A scheduler and two single-threaded worker processes on 127.0.0.1, stopped after the test."""
+    c = Cluster(tmp_path)
+    try:
+        c.add_workers(2)
+        yield c
+    finally:
+        c.stop()
+
+
+def _files(release: Path) -> dict[str, bytes]:
+    return {"release.json": (release / "release.json").read_bytes(), **read_release(release).all_files()}
+
+
+@pytest.fixture(scope="module")
+def local_release(examples_dir, tmp_path_factory):
+    """The example release built in this process (jobs=1), its store beside it."""
+    out = tmp_path_factory.mktemp("local") / "examples"
+    build_release(examples_dir / "traces", examples_dir / "fleet.yaml", out, store=out.with_name("store"), jobs=1)
+    return out
+
+
+def test_a_release_built_on_dask_workers_is_the_local_build_byte_for_byte(cluster, examples_dir, local_release, tmp_path):
+    out = tmp_path / "examples"
+    build_release(examples_dir / "traces", examples_dir / "fleet.yaml", out, store=tmp_path / "store",
+                  cluster=cluster.address)
+    local, remote = _files(local_release), _files(out)
+    assert sorted(remote) == sorted(local)
+    assert [k for k in local if local[k] != remote[k]] == []
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, examples_dir, local_release, tmp_path):
+    from ingest.store import TraceStore
+
+    out, store = tmp_path / "examples", tmp_path / "store"
+    errors: list[BaseException] = []
+
+    def build():
+        try:
+            build_release(examples_dir / "traces", examples_dir / "fleet.yaml", out, store=store,
+                          cluster=cluster.address)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
+            errors.append(exc)
+
+    runner = threading.Thread(target=build)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any((store / "summaries").glob("*.json")):
+        assert runner.is_alive() and time.monotonic() < deadline, errors or "no trace reached the store"
+        time.sleep(0.02)
+    still_running = runner.is_alive()
+    cluster.kill(cluster.workers[0])  # the worker and its nanny
+    runner.join(300)
+    assert not runner.is_alive() and not errors, errors
+    assert still_running, "the run ended before the kill: nothing was tested"
+
+    ts, local = TraceStore(store), TraceStore(local_release.with_name("store"))
+    assert ts.trace_ids() == local.trace_ids() and ts.quarantined() == []
+    for table in ("kernel_events", "op_shape_time", "provenance"):
+        names = sorted(p.name for p in (store / table).glob("*.parquet"))  # temporary files start with "."
+        assert names == [f"{t}.parquet" for t in local.trace_ids()]
+        assert [n for n in names if (store / table / n).read_bytes() != Path(local.root, table, n).read_bytes()] == []
+    assert ts.paths().equals(local.paths())
+    local_files, remote = _files(local_release), _files(out)
+    assert [k for k in local_files if local_files[k] != remote.get(k)] == [] and sorted(remote) == sorted(local_files)
