@@ -215,16 +215,16 @@ def run(root: Path, sizes: list[int], refresh: int, work: Path, results: Path | 
 
 
 def subfleet(root: Path, out: Path, first: int, count: int) -> tuple[Path, Path]:
-    """A trace root of profiles first..first+count-1 (symlinks, capture sidecars beside) and its fleet.yaml."""
+    """A trace root of copies of profiles first..first+count-1 (capture sidecars beside) and its fleet.yaml."""
     shutil.rmtree(out, ignore_errors=True)
     files = [p.relative_to(root).as_posix() for p in root.glob("*/p*.json.gz")]
     chosen = sorted(rel for rel in files if first <= int(rel.rsplit("/p", 1)[1].split(".")[0]) < first + count)
     for rel in chosen:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).symlink_to(root / rel)
+        shutil.copy(root / rel, out / rel)  # copies: the code before the store resolved symlinks out of the root
         sidecars = (root / rel).parent / "capture_traces"
         if sidecars.is_dir() and not (out / rel).parent.joinpath("capture_traces").exists():
-            (out / rel).parent.joinpath("capture_traces").symlink_to(sidecars)
+            shutil.copytree(sidecars, (out / rel).parent / "capture_traces")
     by_dep: dict[str, list[str]] = {}
     for rel in chosen:
         by_dep.setdefault(rel.split("/")[0], []).append(rel)
