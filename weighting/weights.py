@@ -179,8 +179,10 @@ def fleet_weights(op_shape_time: pl.DataFrame, traces: pl.DataFrame, fleet: Flee
 def deployment_inputs(op_shape_time: pl.DataFrame, traces: pl.DataFrame, fleet: Fleet) -> tuple[dict, pl.DataFrame]:
     """What each deployment put into the weights: ({id: card_hours, accelerator, trace_ids}, and per deployment ×
     operator × shape its fleet card-hours Σ_φ card_hours_d · share_d) — the inputs a drift is explained by."""
-    profs = profiles(traces, fleet)
-    dep = deployment_shares(profile_shares(op_shape_time, traces, fleet, profs), profs, fleet)
+    with warnings.catch_warnings():  # fleet_weights said them already over the same inputs
+        warnings.simplefilter("ignore", FleetWarning)
+        profs = profiles(traces, fleet)
+        dep = deployment_shares(profile_shares(op_shape_time, traces, fleet, profs), profs, fleet)
     card_hours = {d.id: d.card_hours for d in fleet.deployments}
     parts = (dep.group_by("deployment", "operator", "shape").agg(pl.col("share").sum())
              .with_columns((pl.col("share") * pl.col("deployment").replace_strict(card_hours, return_dtype=pl.Float64))
