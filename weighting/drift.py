@@ -283,9 +283,21 @@ def shape_labels(manifest: pl.DataFrame) -> dict[str, str]:
     for pid, op, *parts in manifest.select("problem_id", "operator", "init_kwargs", "input_kwargs", "dtypes").iter_rows():
         kwargs = {}
         for text in parts:
-            kwargs.update(json.loads(text) if text else {})
-        out[pid] = f"{op} " + ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+            # dtypes' per-argument maps (input_dtypes, output_dtypes) would only repeat `dtype` at length
+            kwargs.update({k: v for k, v in (json.loads(text) if text else {}).items() if not isinstance(v, dict)})
+        out[pid] = f"{op} " + ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(kwargs.items()))
     return out
+
+
+def _value_text(value) -> str:
+    """A kwarg as a label shows it: a long list (seq_lens of 3,095 sequences) by what it holds, not in full."""
+    if not isinstance(value, list) or len(value) <= 6:
+        return str(value)
+    if all(v == value[0] for v in value):
+        return f"[{value[0]}]×{len(value)}"
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return f"[{len(value)} values {min(value)}–{max(value)}, sum {sum(value)}]"
+    return f"[{len(value)} values]"
 
 
 def read_context(path: str | Path) -> tuple[dict[str, str], dict | None]:

@@ -71,3 +71,31 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     ink = np.any(pixels < 0.9, axis=-1).mean()
     assert 0.02 < ink < 0.6, f"screenshot looks blank or broken ({ink:.3f} of pixels inked)"
     assert _has_colour(pixels, NEW_COLOUR) and _has_colour(pixels, OLD_COLOUR)  # the SVG bars were drawn
+
+
+def test_labels_are_shapes_in_full_and_the_label_column_fits_the_longest(report):
+    """Labels were cut to 38 characters with an ellipsis; now the column is as wide as the longest label."""
+    from weighting.drift_report import CHAR_W
+
+    labels = {pid: f"{op} hidden_size=4096, token_count={i}, a_long_parameter_name=" + "x" * 80
+              for i, (pid, op) in enumerate(report.problems.select("problem_id", "operator").iter_rows())}
+    causes = {report.problems["problem_id"][0]: "deployment d (alone +3.00 pt): card-hours 10 → 40"}
+    html = render_html(report, "v1", "v2", labels=labels, causes=causes)
+    longest = max((labels[p] for p in report.problems.head(15)["problem_id"]), key=len)
+    assert longest in html and "…" not in html
+    widths = [float(w) for w in re.findall(r'<svg[^>]*width="([\d.]+)"', html)]
+    assert max(widths) >= CHAR_W * len(longest)
+    assert "Causes of the large movements" in html and "card-hours 10 → 40" in html
+    assert "what it means" in html and "Above 0.10 is large" in html
+
+
+def test_shape_labels_summarise_long_lists():
+    from weighting.drift import shape_labels
+
+    manifest = pl.DataFrame({"problem_id": ["a", "b"], "operator": ["unified_attention"] * 2,
+                             "init_kwargs": ['{"num_heads":8}'] * 2,
+                             "input_kwargs": ['{"seq_lens":[256,256,256,256,256,256,256]}', '{"seq_lens":[1,2,3,4,5,6,7,8]}'],
+                             "dtypes": ['{"dtype":"bf16","input_dtypes":{"q":"bf16"}}'] * 2})
+    labels = shape_labels(manifest)
+    assert labels == {"a": "unified_attention dtype=bf16, num_heads=8, seq_lens=[256]×7",
+                      "b": "unified_attention dtype=bf16, num_heads=8, seq_lens=[8 values 1–8, sum 36]"}
