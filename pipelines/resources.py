@@ -18,6 +18,7 @@ ENV_FIELDS = {
     "policy": "HOTSHAPE_POLICY",
     "coverage_floor": "HOTSHAPE_COVERAGE_FLOOR",
     "device": "HOTSHAPE_DEVICE",
+    "dask_scheduler": "HOTSHAPE_DASK_SCHEDULER",
 }
 
 
@@ -36,6 +37,7 @@ class HotshapeStore(dg.ConfigurableResource):
     policy: str | None = None  # selection policy YAML; None = weighting's policy.yaml
     coverage_floor: float = 0.5  # fleet GPU time the selected problems must cover
     device: str = "cpu"  # evaluation device: cpu (Triton interpreter, smoke shapes, no timing) or cuda
+    dask_scheduler: str | None = None  # tcp://HOST:8786: traces are parsed on its workers (ingest.cluster)
 
     # ---- traces -------------------------------------------------------------------------------
     def trace_keys(self) -> list[str]:

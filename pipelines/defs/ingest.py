@@ -22,7 +22,7 @@ def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     """One row per GPU kernel, memcpy and memset of one trace file, attributed to its operator, shape and phase."""
     key = context.partition_key
     traces = store.trace_store()
-    report = traces.ingest([store.trace_path(key)], [key], jobs=1)
+    report = traces.ingest([store.trace_path(key)], [key], jobs=1, cluster=store.dask_scheduler)
     if key not in report.ids:
         raise dg.Failure(f"{key}: {report.unreadable[0]['reason']}")
     trace_id = report.ids[key]
