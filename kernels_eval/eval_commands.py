@@ -142,6 +142,10 @@ def run_eval(args: argparse.Namespace) -> int:
                         max_processes=args.max_processes, keep_logs=Path(args.logs) if args.logs else None)
     if args.timing_budget_s is not None:
         config.timing_budget_s = args.timing_budget_s
+    if not args.no_triton_cache:
+        from kernels_eval.harness.triton_cache import default_root
+
+        config.triton_cache = Path(args.triton_cache) if args.triton_cache else default_root()
     config.time_reference = args.time_reference
 
     # stderr only, so --json on stdout stays clean; a bar on a terminal, plain lines into a log with --progress
@@ -360,6 +364,11 @@ def register(subparsers) -> None:
     e.add_argument("--no-sandbox", action="store_true",
                    help="run candidates without bubblewrap (results are marked unsandboxed)")
     e.add_argument("--timing-budget-s", type=float, default=None, help="timed seconds per problem")
+    e.add_argument("--triton-cache", metavar="DIR",
+                   help="root of the Triton compile caches, one per operator file's sha256, reused by later runs "
+                        "of the same file (default: $XDG_CACHE_HOME/hotshape/triton or ~/.cache/hotshape/triton)")
+    e.add_argument("--no-triton-cache", action="store_true",
+                   help="compile every kernel afresh in a cache of this run only (a cold run)")
     e.add_argument("--time-reference", action="store_true",
                    help="also time the PyTorch reference (t_reference_s, speedup); scores use the roofline")
     e.add_argument("--logs", help="keep each worker's output in this directory")

@@ -46,6 +46,7 @@ class EvalConfig:
     max_processes: int = 64  # processes a worker may have running, itself included
     sandbox: bool = True  # workers run in the bubblewrap sandbox (harness/sandbox.py)
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
+    triton_cache: Path | None = None  # root of the per-file compile caches (harness/triton_cache.py); None: cold
     gpu_memory_fraction: float = 0.45
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
@@ -117,7 +118,7 @@ class OperatorJudge:
             began = time.monotonic()
             try:
                 if self.worker is None:
-                    self.worker = start_worker(self.config, self.log, wait=True)
+                    self.worker = start_worker(self.config, self.log, wait=True, file=self.file)
                 else:
                     self.worker.wait_ready()
             except WorkerDied:
@@ -574,7 +575,7 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
     def prestart(op: str | None) -> None:
         if op is not None and op not in spares:
             try:
-                spares[op] = start_worker(config, sub / f"{op}.log", wait=False)
+                spares[op] = start_worker(config, sub / f"{op}.log", wait=False, file=files[op])
             except OSError:
                 pass  # started on demand instead
 
@@ -621,16 +622,20 @@ def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | No
     return t_roof
 
 
-def start_worker(config: EvalConfig, log_path: Path, wait: bool) -> WorkerProcess:
-    """A worker process for one operator file; wait=False returns while it is still importing torch."""
+def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | None = None) -> WorkerProcess:
+    """A worker process for operator file `file`; wait=False returns while it is still importing torch. It
+    sees that file's own Triton cache, known before it starts (a prestarted worker's is bound already)."""
     from kernels_eval.harness.limits import default_memory_bytes
+    from kernels_eval.harness.triton_cache import file_cache_dir
 
     memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
     # the run's scratch directory (exchange directories, Triton cache) is the sandbox's one writable place
     return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=memory,
                          start_timeout_s=config.start_timeout_s, wait=wait, sandboxed=config.sandbox,
                          max_processes=config.max_processes, scratch=log_path.parent, files=config.candidate_files,
-                         visible_device=config.device_index if config.device == "cuda" else None)
+                         visible_device=config.device_index if config.device == "cuda" else None,
+                         triton_cache=file_cache_dir(config.triton_cache, file)
+                         if config.triton_cache is not None and file is not None else None)
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
@@ -668,6 +673,10 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
                     progress(p, verdict)
     finally:
         judge.close()
+        if config.triton_cache is not None:
+            from kernels_eval.harness.triton_cache import file_cache_dir, prune
+
+            prune(file_cache_dir(config.triton_cache, file))
         if config.keep_logs is not None and judge.log.exists():
             config.keep_logs.mkdir(parents=True, exist_ok=True)
             shutil.copy(judge.log, config.keep_logs / judge.log.name)

@@ -4,7 +4,8 @@ Inside, the worker sees read-only: /usr, /etc, the interpreter and its packages,
 (mounted at PACKAGE_ROOT, not the checkout it came from, which may hold releases), and the submission's
 operator files at their own paths; a private /tmp; a new /proc (its own pid namespace: the evaluator's
 processes do not exist there); a minimal /dev (plus the GPU nodes on cuda); and one writable host directory,
-the run's scratch directory (exchange directories and the Triton cache). It runs as uid 65534 in new user,
+the run's scratch directory (exchange directories and the Triton cache), over whose Triton cache the candidate
+file's persistent one is bound where the run keeps one (harness/triton_cache.py). It runs as uid 65534 in new user,
 pid, ipc, uts, net and cgroup namespaces, with an allow-listed environment. bwrap is itself started with that
 environment: the sandbox's pid 1 is bwrap, and its /proc/1/environ would otherwise hold the evaluator's.
 """
@@ -145,11 +146,13 @@ def sandbox_env(device: str, triton_cache: Path, environ: Mapping[str, str] | No
 
 
 def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path, files: Iterable[Path] = (),
+                  file_cache: Path | None = None,
                   environ: Mapping[str, str] | None = None,
                   visible_device: int | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run `command` in the sandbox; start it with exactly that env (see the module doc).
     `visible_device`: the evaluator's CUDA index of the one GPU the sandbox shows (its node, and
-    CUDA_VISIBLE_DEVICES)."""
+    CUDA_VISIBLE_DEVICES); `file_cache`: a host directory bound read-write at TRITON_CACHE_DIR (else that is
+    a directory of the scratch one)."""
     environ = os.environ if environ is None else environ
     nodes = gpu_nodes(visible_device, environ) if device == "cuda" else []
     if device == "cuda" and visible_device is not None:
@@ -181,6 +184,8 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     for secret in sorted(p for p in HIDDEN_IN_ETC if os.path.exists(p)):
         args += ["--tmpfs", secret] if os.path.isdir(secret) else ["--ro-bind", "/dev/null", secret]
     args += ["--ro-bind", str(package_dir()), f"{PACKAGE_ROOT}/kernels_eval", "--bind", str(scratch), str(scratch)]
+    if file_cache is not None:  # the candidate file's own persistent cache (harness/triton_cache.py)
+        args += ["--bind", str(file_cache), str(triton_cache)]
     for f in sorted({os.path.abspath(f) for f in files}):
         args += ["--ro-bind", f, f]  # at its own path: the worker imports it by the path the parent sends
     env = sandbox_env(device, triton_cache, environ, visible)
