@@ -80,3 +80,19 @@ def parse_devices(text: str, available: int) -> list[int]:
     if bad:
         raise ValueError(f"--devices {text!r}: no device {bad[0]} ({available} visible)")
     return indices
+
+
+def host_gpus(environ=None, nodes=None) -> int:
+    """GPUs this host shows the evaluator, without torch: CUDA_VISIBLE_DEVICES's entries where it is set, else
+    the /dev/nvidiaN nodes (what sizes the Dagster `gpu` pool; 0 on a host without NVIDIA GPUs)."""
+    import glob
+    import os
+    import re
+
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = [v.strip() for v in visible.split(",") if v.strip()]
+        return len(entries) if entries and entries[0] != "-1" else 0
+    found = glob.glob("/dev/nvidia*") if nodes is None else nodes
+    return sum(1 for n in found if re.fullmatch(r"/dev/nvidia\d+", n))

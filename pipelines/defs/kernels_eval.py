@@ -14,9 +14,19 @@ from pipelines.resources import HotshapeStore
 from release.bundle import read_release
 
 
+GPU_POOL = "gpu"  # one slot per GPU of the host (new_submission_sensor sizes it; docs/orchestration.md)
+
+
+class EvaluationDevices(dg.Config):
+    """The CUDA devices of one evaluation (empty: the worker's default GPU); several shard its operators."""
+
+    devices: list[int] = []
+
+
 @dg.asset(partitions_def=submissions, group_name="kernels_eval", kinds={"triton", "parquet"}, deps=[release_bundle],
-          pool="gpu")
-def evaluation_results(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
+          pool=GPU_POOL)
+def evaluation_results(context: dg.AssetExecutionContext, config: EvaluationDevices,
+                       store: HotshapeStore) -> dg.MaterializeResult:
     """One row per problem of the release for a new run of one submission: compile, correctness, adoption, timing."""
     # The harness spawns one worker process per operator file; torch and triton load there, not here.
     from kernels_eval.eval_commands import eval_summary, evaluate_to
@@ -26,14 +36,15 @@ def evaluation_results(context: dg.AssetExecutionContext, store: HotshapeStore) 
     key, path = context.partition_key, store.results_file(context.partition_key)
     release = read_release_view(store.release_dir)
     hardware = detect_hardware(store.device, release.hardware_names)
+    devices = list(config.devices) if store.device == "cuda" and config.devices else None
     config = EvalConfig(device=store.device, hardware=hardware)
-    rows = evaluate_to(path, store.submission_path(key), release, config).rows  # signed, journalled, merged
+    rows = evaluate_to(path, store.submission_path(key), release, config, devices=devices).rows  # signed, merged
     summary = eval_summary(rows)
     stages = pl.DataFrame(rows).group_by("operator").agg(pl.col("stage").first(), pl.len().alias("problems"),
                                                          pl.col("error").first()).sort("operator")
     return dg.MaterializeResult(metadata={
         "dagster/row_count": len(rows), "run": config.run, "hardware": hardware, "device": store.device,
-        "compile_rate": summary["compile_rate"] or 0.0, "correct_rate": summary["correct_rate"] or 0.0,
+        "devices": ",".join(map(str, devices or [])) or "default", "compile_rate": summary["compile_rate"] or 0.0, "correct_rate": summary["correct_rate"] or 0.0,
         "native_rate": summary["native_rate"] or 0.0, "performance_measured": summary["performance_measured"],
         "operators": markdown_table(stages, limit=40), "path": dg.MetadataValue.path(str(path)),
     })

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from pipelines.defs.jobs import evaluate_job, ingest_job, rescore_job
+from pipelines.defs.kernels_eval import GPU_POOL
 from pipelines.defs.release import release_bundle
 from pipelines.partitions import submissions, trace_files, usable_key
 from pipelines.resources import HotshapeStore
@@ -11,8 +12,9 @@ MAX_NEW_PER_TICK = 200  # a burst of thousands of files is spread over ticks ins
 
 
 def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: list[str], what: str,
-                    tags: dict[str, str] | None = None):
-    """A SensorResult adding a partition and requesting a run for every usable key not known yet."""
+                    request=None):
+    """A SensorResult adding a partition and requesting a run for every usable key not known yet; `request(n)`
+    gives the n-th new run's tags and run config (n counts every partition, known ones first)."""
     unusable = [k for k in found if not usable_key(k)]
     if unusable:
         context.log.warning(f"{len(unusable)} {what} have ',' or '|' in their name and get no partition: {unusable[:5]}")
@@ -20,7 +22,9 @@ def _new_partitions(context, partitions: dg.DynamicPartitionsDefinition, found: 
     new = [k for k in found if k not in known and usable_key(k)][:MAX_NEW_PER_TICK]
     if not new:
         return dg.SkipReason(f"no new {what}")
-    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=k, tags=tags) for k in new],
+    extra = request or (lambda n: {})
+    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=k, **extra(len(known) + j))
+                                         for j, k in enumerate(new)],
                            dynamic_partitions_requests=[partitions.build_add_request(new)])
 
 
@@ -35,9 +39,30 @@ def new_submission_sensor(context: dg.SensorEvaluationContext, store: HotshapeSt
     """Add a partition for every new submission directory and request its evaluation and score."""
     if not (store.release_dir / "release.json").is_file():
         return dg.SkipReason("no release yet: submissions are evaluated once refresh_weights has built one")
-    # The run tag lets dagster.yaml allow one evaluation run per device at a time.
-    return _new_partitions(context, submissions, store.submission_keys(), "submissions",
-                           tags={"hotshape/device": store.device})
+    # On cuda each run gets one GPU, round robin, as its step config and its run tag: dagster.yaml allows one
+    # evaluation run per tag value, and the gpu pool one step per GPU.
+    gpus = size_gpu_pool(context.instance, store.device)
+
+    def request(n: int) -> dict:
+        if not gpus:
+            return {"tags": {"hotshape/device": store.device}}
+        index = n % gpus
+        return {"tags": {"hotshape/device": f"cuda:{index}"},
+                "run_config": {"ops": {"evaluation_results": {"config": {"devices": [index]}}}}}
+
+    return _new_partitions(context, submissions, store.submission_keys(), "submissions", request)
+
+
+def size_gpu_pool(instance: dg.DagsterInstance, device: str) -> int:
+    """The host's GPUs on cuda (0 on cpu), after setting the `gpu` pool's slots to that count where it differs."""
+    from kernels_eval.harness.shard import host_gpus
+
+    gpus = host_gpus() if device == "cuda" else 0
+    slots = max(gpus, 1)
+    storage = instance.event_log_storage
+    if storage.get_concurrency_info(GPU_POOL).slot_count != slots:
+        storage.set_concurrency_slots(GPU_POOL, slots)
+    return gpus
 
 
 def rescore_requests(instance: dg.DagsterInstance, store: HotshapeStore, tag: str) -> list[dg.RunRequest]:

@@ -254,3 +254,13 @@ def test_sharded_rows_are_merged_into_one_signed_results_file(monkeypatch, tmp_p
     key = host_key()
     assert all(row_verifies(r, key) for r in stored)
     assert not recorded.journal.exists()  # merged, then the journal removed
+
+
+def test_host_gpus_counts_without_torch():
+    from kernels_eval.harness.shard import host_gpus
+
+    assert host_gpus({}, ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]) == 2
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "2,3,5"}, []) == 3
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": ""}, ["/dev/nvidia0"]) == 0
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, ["/dev/nvidia0"]) == 0
+    assert host_gpus({}, []) == 0
