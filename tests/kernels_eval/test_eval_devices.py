@@ -264,3 +264,38 @@ def test_host_gpus_counts_without_torch():
     assert host_gpus({"CUDA_VISIBLE_DEVICES": ""}, ["/dev/nvidia0"]) == 0
     assert host_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, ["/dev/nvidia0"]) == 0
     assert host_gpus({}, []) == 0
+
+
+def _bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_multi_gpu.py"
+    spec = importlib.util.spec_from_file_location("eval_multi_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_multi_gpu_comparison_checks_verdicts_timings_and_wall(tmp_path):
+    import argparse
+
+    from kernels_eval.results_schema import results_table
+
+    bench = _bench()
+    out = tmp_path / "multi_gpu"
+    out.mkdir()
+    single = [_row(problem_id=f"p{i}", t_measured_s=1e-4 * (i + 1), eval_s=2.0) for i in range(6)]
+    multi = [{**r, "t_measured_s": r["t_measured_s"] * 1.01, "device_index": i % 2} for i, r in enumerate(single)]
+    pq.write_table(results_table(single), out / "single.parquet")
+    pq.write_table(results_table(multi), out / "multi.parquet")
+    walls = [{"mode": "single", "pid": 1, "rows": 6, "wall_s": 50.0}, {"mode": "single", "pid": 2, "rows": 1,
+             "wall_s": 50.0}, {"mode": "multi", "pid": 3, "rows": 6, "wall_s": 52.0}]
+    (out / "walls.jsonl").write_text("".join(json.dumps(w) + "\n" for w in walls))
+    args = argparse.Namespace(out=str(tmp_path))
+    assert bench.compare(args) == 0  # 52 / 100 <= 0.55, timings +1%
+    report = json.loads((out / "compare.json").read_text())
+    assert report["devices_used"] == 2 and report["rows_per_device"] == {"0": 3, "1": 3}  # JSON keys
+    multi[2] = {**multi[2], "stage": "correctness", "correct": False}
+    pq.write_table(results_table(multi), out / "multi.parquet")
+    assert bench.compare(args) == 1
+    assert json.loads((out / "compare.json").read_text())["verdicts_differ"] == ["p2"]
