@@ -68,6 +68,7 @@ class IngestReport:
     captures_parsed: list[str] = field(default_factory=list)  # capture hashes parsed by this run
     captures_reused: list[str] = field(default_factory=list)
     unreadable: list[dict] = field(default_factory=list)  # {path, reason} of files with no bytes to address
+    capture_ids: dict[str, str] = field(default_factory=dict)  # capture trace file → its content hash
 
 
 def _hash(path: Path) -> str | TraceError:
@@ -241,7 +242,10 @@ class TraceStore:
 
         digests = []
         for f in files:
-            digest = trace_id_of(Path(f).read_bytes())
+            # Every profile of a deployment names the same capture traces: each file is hashed once per run.
+            digest = report.capture_ids.get(str(f))
+            if digest is None:
+                digest = report.capture_ids[str(f)] = trace_id_of(Path(f).read_bytes())
             if digest not in report.captures_parsed and digest not in report.captures_reused:
                 if self.fs.exists(self._capture_file(digest)):
                     report.captures_reused.append(digest)

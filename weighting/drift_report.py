@@ -115,11 +115,14 @@ MEANING = {
 
 
 def render_html(report: DriftReport, old_label: str = "old", new_label: str = "new", top: int = 15,
-                labels: dict[str, str] | None = None, causes: dict[str, str] | None = None) -> str:
+                labels: dict[str, str] | None = None, causes: dict[str, str] | None = None,
+                beyond: dict | None = None) -> str:
     """The drift report as one HTML page with every plot inline.
 
     `labels` (problem_id → shape text, drift.shape_labels) name problems by their shapes instead of ids;
-    `causes` (problem_id → text, drift.causes) say which deployment's change moved each large mover.
+    `causes` (problem_id → text, drift.causes) say which deployment's change moved each large mover;
+    `beyond` (drift.beyond_intervals' "beyond_interval": problems, operators, rule) marks the movements
+    that exceed the new version's bootstrap intervals.
     """
     labels, causes = labels or {}, causes or {}
 
@@ -167,6 +170,7 @@ def render_html(report: DriftReport, old_label: str = "old", new_label: str = "n
         "<h2>Top movers (problems)</h2>",
         bars_movers([(name(p, o), d) for p, o, d in movers.select("problem_id", "operator", "delta").iter_rows()]),
         *_causes_section(movers, causes, name),
+        *_beyond_section(movers, beyond, name),
         "<h2>Lorenz curves of problem weights</h2>",
         lorenz_plot([
             (old_label, OLD_COLOUR, problems.filter(problems["weight_old"] > 0)["weight_old"].to_list()),
@@ -175,8 +179,9 @@ def render_html(report: DriftReport, old_label: str = "old", new_label: str = "n
         f"<h2>Newly hot ({len(report.newly_hot)})</h2>", listing(report.newly_hot, "weight_new"),
         f"<h2>Newly cold ({len(report.newly_cold)})</h2>", listing(report.newly_cold, "weight_old"),
         "<h2>Operators</h2>",
-        _table(["operator", escape(old_label), escape(new_label), "Δ"], [
-            [escape(o), _pct(a), _pct(b), f"{d * 100:+.2f} pt"]
+        _table(["operator", escape(old_label), escape(new_label), "Δ", *(["beyond interval"] if beyond else [])], [
+            [escape(o), _pct(a), _pct(b), f"{d * 100:+.2f} pt",
+             *((["yes" if o in beyond.get("operators", []) else ""]) if beyond else [])]
             for o, a, b, d in report.operators.select("operator", "weight_old", "weight_new", "delta").iter_rows()
         ]),
         "</body></html>",
@@ -196,10 +201,24 @@ def _causes_section(movers, causes: dict[str, str], name) -> list[str]:
             _table(["problem", "Δ", "cause"], rows)]
 
 
+def _beyond_section(movers, beyond: dict | None, name) -> list[str]:
+    """Which top movers moved more than the new version's bootstrap intervals explain."""
+    if not beyond:
+        return []
+    marked = set(beyond.get("problems", []))
+    rows = [[f"<code>{escape(name(p, o))}</code>", f"{d * 100:+.2f} pt", "yes" if p in marked else ""]
+            for p, o, d in movers.select("problem_id", "operator", "delta").iter_rows()]
+    return [f"<h2>Beyond the bootstrap intervals ({len(marked)} problems, {len(beyond.get('operators', []))} "
+            "operators)</h2>", f"<p>{escape(beyond.get('rule', ''))}</p>",
+            _table(["problem", "Δ", "beyond interval"], rows)]
+
+
 def write_html(report: DriftReport, path: str | Path, old_label: str = "old", new_label: str = "new",
-               labels: dict[str, str] | None = None, causes: dict[str, str] | None = None) -> Path:
-    """Write the drift report page to `path` (labels and causes as render_html takes them)."""
+               labels: dict[str, str] | None = None, causes: dict[str, str] | None = None,
+               beyond: dict | None = None) -> Path:
+    """Write the drift report page to `path` (labels, causes and beyond as render_html takes them)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(report, old_label, new_label, labels=labels, causes=causes), encoding="utf-8")
+    path.write_text(render_html(report, old_label, new_label, labels=labels, causes=causes, beyond=beyond),
+                    encoding="utf-8")
     return path

@@ -53,7 +53,8 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
         return dg.MaterializeResult(metadata={"weights_version": v, "compared_with": "nothing (first version)"})
     ops = rel.manifest.select("problem_id", "operator")
     report = compare(rel.weights(v - 1).join(ops, on="problem_id"), rel.weights(v).join(ops, on="problem_id"))
-    html = write_html(report, store.drift_dir / f"{rel.name}-v{v}.html", f"v{v - 1}", f"v{v}")
+    beyond = (rel.drift(v) or {}).get("beyond_interval")
+    html = write_html(report, store.drift_dir / f"{rel.name}-v{v}.html", f"v{v - 1}", f"v{v}", beyond=beyond)
     figures = {k: val for k, val in report.to_dict().items()
                if k in ("js_divergence", "total_variation", "operator_total_variation", "spearman", "n_kept") and val is not None}
     return dg.MaterializeResult(metadata={
@@ -62,6 +63,8 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
         "operator_movers": markdown_table(report.operators),
         "operator_weights_before_after": svg_markdown(bars_before_after(
             report.operators.head(15).select("operator", "weight_old", "weight_new").rows()), f"W_op v{v - 1} → v{v}"),
+        # Movements beyond the new version's bootstrap intervals, as the release's drift JSON marks them.
+        "beyond_interval": dg.MetadataValue.json(beyond or {}),
         "report": dg.MetadataValue.path(str(html)),
     })
 

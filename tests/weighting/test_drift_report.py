@@ -99,3 +99,20 @@ def test_shape_labels_summarise_long_lists():
     labels = shape_labels(manifest)
     assert labels == {"a": "unified_attention dtype=bf16, num_heads=8, seq_lens=[256]×7",
                       "b": "unified_attention dtype=bf16, num_heads=8, seq_lens=[8 values 1–8, sum 36]"}
+
+
+def test_the_report_marks_movements_beyond_the_bootstrap_intervals():
+    import polars as pl
+
+    from weighting.drift import beyond_intervals, compare
+    from weighting.drift_report import render_html
+
+    old = pl.DataFrame({"problem_id": ["a", "b"], "operator": ["x", "y"], "weight": [0.6, 0.4]})
+    new = pl.DataFrame({"problem_id": ["a", "b"], "operator": ["x", "y"], "weight": [0.5, 0.5]})
+    report = compare(old, new)
+    ivals = pl.DataFrame({"problem_id": ["a", "b"], "weight_lo": [0.45, 0.3], "weight_hi": [0.55, 0.6]})
+    ops = pl.DataFrame({"operator": ["x", "y"], "weight_lo": [0.45, 0.3], "weight_hi": [0.55, 0.6]})
+    beyond = beyond_intervals(report.to_dict(), report, ivals, ops)["beyond_interval"]
+    page = render_html(report, beyond=beyond)
+    assert "Beyond the bootstrap intervals (1 problems, 1 operators)" in page and "beyond interval" in page
+    assert "Beyond the bootstrap" not in render_html(report)
