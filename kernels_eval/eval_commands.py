@@ -10,6 +10,7 @@ from pathlib import Path
 
 PROBLEM_KEYS = ("problem_id", "operator", "stage", "compiled", "correct", "native", "fallbacks", "error",
                 "t_measured_s", "roofline_fraction")
+_CPU_DEVICES = "hotshape eval: --devices needs --device cuda (a CPU run uses one interpreter worker at a time)"
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -101,6 +102,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from kernels_eval.run_summary import operator_summaries, passed, summary_lines
     from kernels_eval.selection import SelectionError, select_problems
 
+    if args.devices is not None and args.device == "cpu":  # before reading anything: a usage error
+        print(_CPU_DEVICES, file=sys.stderr)
+        return 2
     try:
         release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
         ops, problems = _csv(args.ops), _csv(args.problems)
@@ -117,8 +121,7 @@ def run_eval(args: argparse.Namespace) -> int:
     devices = None
     if args.devices is not None:
         if device != "cuda":
-            print("hotshape eval: --devices needs --device cuda (CPU runs use one interpreter worker at a time)",
-                  file=sys.stderr)
+            print(_CPU_DEVICES, file=sys.stderr)
             return 2
         import torch
 

@@ -299,3 +299,15 @@ def test_the_multi_gpu_comparison_checks_verdicts_timings_and_wall(tmp_path):
     pq.write_table(results_table(multi), out / "multi.parquet")
     assert bench.compare(args) == 1
     assert json.loads((out / "compare.json").read_text())["verdicts_differ"] == ["p2"]
+
+
+def test_devices_on_cpu_is_refused_before_anything_is_read(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "eval", str(HONEST), "--release",
+                           str(tmp_path / "none"), "--device", "cpu", "--devices", "0,1", "--out",
+                           str(tmp_path / "r.parquet")], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 2 and "--devices needs --device cuda" in done.stderr
+    assert not (tmp_path / "r.parquet").exists()
