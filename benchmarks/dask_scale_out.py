@@ -59,6 +59,19 @@ def local_cluster(work: Path, workers: int) -> tuple[str, list[subprocess.Popen]
     return address, procs
 
 
+def cluster_cpu_s(procs: list[subprocess.Popen]) -> float:
+    """CPU seconds used so far by the scheduler and worker process trees (nannies and workers)."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        root = psutil.Process(p.pid)
+        for proc in [root, *root.children(recursive=True)]:
+            t = proc.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         os.killpg(p.pid, signal.SIGTERM)
@@ -88,9 +101,11 @@ def fleet(root: Path, n: int, work: Path) -> list[str]:
         for label, extra in (("one-process", ["--jobs", "1"]), ("dask-2-workers", ["--cluster", address]),
                              ("local-pool-2", ["--jobs", "2"])):
             out = work / label
+            cpu0 = cluster_cpu_s(procs)
             times[label] = t = fleet_bench.timed([*hotshape, "--out", str(out / "rel"), "--store", str(out / "store"),
                                                   "--name", "fleet", *extra])
             lines.append(f"{label:<15} wall_s={t['wall_s']:7.1f} client_cpu_s={t['user_s'] + t['sys_s']:7.1f} "
+                         f"cluster_cpu_s={cluster_cpu_s(procs) - cpu0:7.1f} "
                          f"ratio_to_one_process={t['wall_s'] / times['one-process']['wall_s']:.2f}")
             print(lines[-1], flush=True)
     finally:
