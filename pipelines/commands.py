@@ -17,6 +17,14 @@ EVALUATE = ["evaluation_results", "scores"]
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+def run_config(selection: list[str], device: str, gpus: int) -> dict:
+    """The run config of one materialize(): on a cuda host with several GPUs an evaluation is sharded over all
+    of them (`hotshape eval --devices all`), as run-pipeline evaluates one submission at a time."""
+    if "evaluation_results" not in selection or device != "cuda" or gpus < 2:
+        return QUIET
+    return {**QUIET, "ops": {"evaluation_results": {"config": {"devices": list(range(gpus))}}}}
+
+
 def dagster_home(path: str | None = None) -> Path:
     """$DAGSTER_HOME, else ./.dagster_home holding a link to ./dagster.yaml (so history persists)."""
     home = Path(path or os.environ.get("DAGSTER_HOME") or DAGSTER_HOME).resolve()
@@ -45,8 +53,11 @@ class _Graph:
     def run(self, selection: list[str], partition_key: str | None = None):
         import dagster as dg
 
+        from kernels_eval.harness.shard import host_gpus
+
+        config = run_config(selection, self.store.device, host_gpus() if self.store.device == "cuda" else 0)
         result = dg.materialize(self.defs, selection=selection, partition_key=partition_key, instance=self.instance,
-                                resources={"store": self.store}, run_config=QUIET, raise_on_error=False)
+                                resources={"store": self.store}, run_config=config, raise_on_error=False)
         if self.on_run is not None:
             self.on_run(result, partition_key)
         return result

@@ -53,3 +53,10 @@ def test_evaluation_results_takes_its_devices_as_config():
 
     assert evaluation_results.op.pool == GPU_POOL == "gpu"
     assert EvaluationDevices().devices == [] and EvaluationDevices(devices=[1]).devices == [1]
+
+
+def test_run_pipeline_shards_an_evaluation_over_every_gpu_of_the_host():
+    from pipelines.commands import EVALUATE, QUIET, run_config
+
+    assert run_config(EVALUATE, "cuda", 4)["ops"] == {"evaluation_results": {"config": {"devices": [0, 1, 2, 3]}}}
+    assert run_config(EVALUATE, "cuda", 1) == run_config(EVALUATE, "cpu", 0) == run_config(["scores"], "cuda", 4) == QUIET
