@@ -108,7 +108,8 @@ def visible_devices(index: int, environ: Mapping[str, str] | None = None) -> str
     own = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if own:
         if index >= len(own):
-            raise ValueError(f"CUDA device {index}: CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']} shows {len(own)}")
+            raise ValueError(f"CUDA device {index}: CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']} "
+                             f"shows {len(own)}")
         return own[index]
     return str(index)
 
