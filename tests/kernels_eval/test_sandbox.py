@@ -172,7 +172,8 @@ def _snapshot(path: Path) -> dict[str, str]:
 def _eval(case: str, release: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CLI, "eval", str(ADVERSARIAL / case), "--release", str(release),
                            "--device", "cpu", "--ops", "rms_norm", "--timeout-s", "60", "--out", str(out), "--json",
-                           *extra], capture_output=True, text=True, timeout=600, env=env or os.environ)
+                           *extra, *(() if "--triton-cache" in extra else ("--no-triton-cache",))],
+                          capture_output=True, text=True, timeout=600, env=env or os.environ)  # no cache in $HOME
 
 
 @needs_bwrap
