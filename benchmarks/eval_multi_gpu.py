@@ -1,6 +1,7 @@
 """One GPU vs N GPUs of the same machine: the release's evaluation of the Triton reference (440 problems on the
 catalogue release) through `hotshape eval`'s own path (kernels_eval.eval_commands.evaluate_to), once on one
-device and once sharded over `--devices`; then verdict identity, timings and wall time compared.
+device and once sharded over `--devices`; then verdict identity, timings and wall time compared. Both runs
+compile cold (no persistent Triton cache: EvalConfig.triton_cache None), so the second is not warmed by the first.
 
 Usage (on a machine with N GPUs, from the repo root; each line fits a 10-minute command limit, and a cut run is
 continued by the same line: rows are journalled as they are judged and --resume'd):
