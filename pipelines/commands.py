@@ -149,8 +149,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
     """Materialize the graph on --traces/--fleet into --out and print where the release and scores are."""
     import dagster as dg
 
+    from kernels_eval.harness.sandbox import check_bwrap
     from pipelines.resources import HotshapeStore
 
+    problem = check_bwrap()  # the evaluation step runs candidates in bubblewrap: say so before the first asset
+    if problem:
+        print(f"hotshape run-pipeline: {problem} (Debian/Ubuntu: apt-get install bubblewrap)", file=sys.stderr)
+        return 2
     store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
                           device=args.device)
     home = dagster_home(args.dagster_home)
