@@ -235,6 +235,37 @@ def _timeline_steps(events: pl.DataFrame, members: list[int], operators: list[st
     return out
 
 
+def _boundary(chain, annotation) -> str | None:
+    """The per-step range a row runs under: the outermost range of its stack (ProfilerStep#N, a
+    repeated `execute_model`, a top-level `nn.Module: X` forward), never an operator (`aten::…`)."""
+    top = chain[0] if chain else annotation
+    return top if top and "::" not in top else None
+
+
+def _fill_within_steps(events: pl.DataFrame, chains: list, annotations: list, phase: list[str], rule: list[str]) -> None:
+    """Rows of a step with no attention of their own (sampling after the forward, the next token's
+    copy) take the phase of the step they run in: the last row the shape rule decided before them on
+    their device under the same per-step range (the first after them for rows before any)."""
+    ts, device = events["ts_ns"].to_list(), events["device"].to_list()
+    graph = events["graph_launch"].fill_null(False).to_list()
+    lanes: dict = {}
+    for i in range(len(phase)):
+        top = _boundary(chains[i], annotations[i])
+        if top is not None and not graph[i] and rule[i] in ("none", "shape:attention"):
+            lanes.setdefault((device[i], top), []).append(i)
+    for rows in lanes.values():
+        rows.sort(key=lambda i: (ts[i], i))
+        decided = [phase[i] for i in rows if rule[i] == "shape:attention"]
+        if not decided:
+            continue
+        current = decided[0]
+        for i in rows:
+            if rule[i] == "shape:attention":
+                current = phase[i]
+            else:
+                phase[i], rule[i] = current, "shape:step"
+
+
 def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]) -> tuple[list[str], list[str]]:
     """Per-row (phase, phase_rule): step annotation, else attention shape, else graph heuristic."""
     n = events.height
@@ -266,6 +297,8 @@ def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]
             # under one repeated range such as execute_model): split them on the timeline.
             for i, decided in _timeline_steps(events, members, operators, shapes).items():
                 phase[i], rule[i] = decided, "shape:attention"
+
+    _fill_within_steps(events, chains, annotations, phase, rule)
 
     # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and
     # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE), SGLang and static-cache HF loops capture

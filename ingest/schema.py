@@ -62,7 +62,7 @@ CLASSIFIED_EVENT_COLUMNS = KERNEL_EVENT_COLUMNS | {
     "operator": pl.String,  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
     "shape": pl.String,  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
     "phase": pl.String,  # see PHASES
-    "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|graph:full_graph_decode|none
+    "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|shape:step|graph:full_graph_decode|none
 }
 PHASES = ("prefill", "decode", "mixed", "unknown")
 # Classification rewrites `graph_replay`: graph_capture (aligned with a capture-trace launch, whose

@@ -10,9 +10,16 @@ import sys
 from pathlib import Path
 
 DAGSTER_HOME = ".dagster_home"
+# The instance configuration of record lives in the default home, not the repo root: `dagster dev` warns that a
+# ./dagster.yaml "will not be used" whenever DAGSTER_HOME names another directory.
+INSTANCE_CONFIG = f"{DAGSTER_HOME}/dagster.yaml"
 INGEST = ["kernel_events", "op_shape_time"]
 REFRESH = ["fleet_weights", "release_bundle", "weight_drift"]
 EVALUATE = ["evaluation_results", "scores"]
+# The job (pipelines/defs/jobs.py) that runs each selection, so run-pipeline's runs carry the names the
+# sensors and schedules use, not __ephemeral_asset_job__.
+JOB_OF = {tuple(INGEST): "ingest_trace", tuple(REFRESH): "refresh_weights", tuple(EVALUATE): "evaluate_submission",
+          ("scores",): "rescore"}
 # Step-by-step DEBUG events stay in the run history (the UI shows them); the terminal gets warnings.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -26,10 +33,10 @@ def run_config(selection: list[str], device: str, gpus: int) -> dict:
 
 
 def dagster_home(path: str | None = None) -> Path:
-    """$DAGSTER_HOME, else ./.dagster_home holding a link to ./dagster.yaml (so history persists)."""
+    """$DAGSTER_HOME, else ./.dagster_home; another home gets a link to ./.dagster_home/dagster.yaml (so history persists)."""
     home = Path(path or os.environ.get("DAGSTER_HOME") or DAGSTER_HOME).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    config, root_config = home / "dagster.yaml", Path("dagster.yaml").resolve()
+    config, root_config = home / "dagster.yaml", Path(INSTANCE_CONFIG).resolve()
     if not config.exists() and root_config.is_file() and root_config != config:
         try:
             config.symlink_to(os.path.relpath(root_config, home))
@@ -43,21 +50,20 @@ def _checks(result, suffix: str = "") -> dict[str, bool]:
 
 
 class _Graph:
-    """materialize() calls on one instance and store, as the sensors and schedules would launch them."""
+    """Runs of the named jobs on one instance and store, as the sensors and schedules would launch them."""
 
     def __init__(self, store, instance, on_run=None):
-        from pipelines.definitions import ASSETS, CHECKS
+        from pipelines.definitions import definitions_for
 
-        self.store, self.instance, self.defs, self.on_run = store, instance, ASSETS + CHECKS, on_run
+        self.store, self.instance, self.defs, self.on_run = store, instance, definitions_for(store), on_run
 
     def run(self, selection: list[str], partition_key: str | None = None):
-        import dagster as dg
-
         from kernels_eval.harness.shard import host_gpus
 
         config = run_config(selection, self.store.device, host_gpus() if self.store.device == "cuda" else 0)
-        result = dg.materialize(self.defs, selection=selection, partition_key=partition_key, instance=self.instance,
-                                resources={"store": self.store}, run_config=config, raise_on_error=False)
+        job = self.defs.resolve_job_def(JOB_OF[tuple(selection)])
+        result = job.execute_in_process(run_config=config, instance=self.instance, partition_key=partition_key,
+                                        raise_on_error=False)
         if self.on_run is not None:
             self.on_run(result, partition_key)
         return result

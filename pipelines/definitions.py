@@ -11,8 +11,10 @@ import dagster as dg
 from pipelines.defs import ingest, jobs, kernels_eval, release, schedules, sensors, weighting
 from pipelines.resources import HotshapeStore, store_from_env
 
-ASSETS = [ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle, release.weight_drift,
-          kernels_eval.evaluation_results, kernels_eval.scores]
+OWNERS = ["team:hotshape"]
+ASSETS = dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=OWNERS), [
+    ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle, release.weight_drift,
+    kernels_eval.evaluation_results, kernels_eval.scores])
 CHECKS = [
     ingest.gpu_time_conserved,
     weighting.hot_problem_weights_sum_to_one,

@@ -16,8 +16,9 @@ from tests.pipelines.conftest import EXAMPLE_TRACES
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    """A working directory like a fresh clone's: dagster.yaml, one small trace, a fleet, a submission."""
-    shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    """A working directory like a fresh clone's: .dagster_home/dagster.yaml, one small trace, a fleet, a submission."""
+    (tmp_path / ".dagster_home").mkdir()
+    shutil.copy(REPO / ".dagster_home" / "dagster.yaml", tmp_path / ".dagster_home" / "dagster.yaml")
     rel = "llama3-8b-compiled/eager.json.gz"
     (tmp_path / "traces" / rel).parent.mkdir(parents=True)
     shutil.copy(EXAMPLE_TRACES / rel, tmp_path / "traces" / rel)
@@ -53,10 +54,12 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, caps
     # History persists in ./.dagster_home, whose dagster.yaml is the project's own.
     home = project / ".dagster_home"
     assert summary["dagster_home"] == str(home)
-    assert (home / "dagster.yaml").resolve() == (project / "dagster.yaml").resolve()
+    assert (home / "dagster.yaml").read_text() == (REPO / ".dagster_home" / "dagster.yaml").read_text()
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         assert len(instance.get_runs()) == 3  # ingest one trace, refresh, evaluate + score
+        # the jobs the sensors and schedules launch, by name (no __ephemeral_asset_job__)
+        assert sorted(r.job_name for r in instance.get_runs()) == ["evaluate_submission", "ingest_trace", "refresh_weights"]
         assert instance.get_dynamic_partitions("submissions") == ["honest"]
     finally:
         instance.dispose()

@@ -56,8 +56,34 @@ def test_store_reads_hotshape_environment_variables_when_definitions_load():
 def test_dagster_cli_finds_and_validates_the_code_location(tmp_path):
     """What `dagster dev` loads: the location named by [tool.dg] in pyproject.toml (like `dg check defs`)."""
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    (tmp_path / "dagster.yaml").write_text((REPO / ".dagster_home" / "dagster.yaml").read_text())
     out = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate"], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Validation successful for code location pipelines.definitions" in out.stderr + out.stdout
+
+
+def _dg(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).with_name("dg")), *args], cwd=REPO, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"})
+
+
+def test_dg_checks_and_lists_the_definitions_as_the_readme_says():
+    """`dg check defs` and `dg list defs` (dagster-dg-cli, pinned beside dagster) load the code location."""
+    checked = _dg("check", "defs")
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+    listed = _dg("list", "defs", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    found = json.loads(listed.stdout)
+    assets = {a["asset_key"]: a for a in found["assets"]}
+    assert {"kernel_events", "fleet_weights", "release_bundle", "weight_drift", "evaluation_results", "scores"} <= set(assets)
+    assert all(a["owners"] == ["team:hotshape"] for a in assets.values())
+    assert {"ingest_trace", "refresh_weights", "evaluate_submission", "rescore"} <= {j["name"] for j in found["jobs"]}
+
+
+def test_the_documented_dagster_home_holds_the_instance_config_and_the_repo_root_none():
+    """`dagster dev` warns "dagster.yaml ... will not be used" when the working directory holds one and
+    DAGSTER_HOME names another directory: the repo root holds none, ./.dagster_home holds the one of record."""
+    assert not (REPO / "dagster.yaml").exists() and not (REPO / "dagster.yml").exists()
+    assert "concurrency:" in (REPO / ".dagster_home" / "dagster.yaml").read_text()

@@ -26,7 +26,7 @@ def uncommented_postgres_block(text: str) -> str:
 def test_documented_postgres_storage_runs_the_pipeline(postgres_server, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(uncommented_postgres_block((REPO / "dagster.yaml").read_text()))
+    (home / "dagster.yaml").write_text(uncommented_postgres_block((REPO / ".dagster_home" / "dagster.yaml").read_text()))
     for var, value in {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(postgres_server.port),
                        "DAGSTER_PG_USER": "dagster", "DAGSTER_PG_PASSWORD": "unused-with-trust-auth",
                        "DAGSTER_PG_DB": postgres_server.database()}.items():
