@@ -1,0 +1,45 @@
+"""A backfill of many trace partitions is one run (BackfillPolicy.single_run): one fan-out ingest, each
+partition checked on its own, and the release it leads to is the one the CLI builds."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from pipelines.definitions import ASSETS, CHECKS
+from pipelines.defs.weighting import entering_traces
+from release.bundle import read_release
+from tests.pipelines.conftest import QUIET, example_store
+from weighting.fleet import load_fleet
+
+RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
+
+
+def _files(release) -> dict[str, bytes]:
+    from pathlib import Path
+
+    return {"release.json": (Path(release) / "release.json").read_bytes(), **read_release(release).all_files()}
+
+
+def test_a_batch_of_trace_partitions_is_one_run_and_builds_the_cli_release(tmp_path):
+    from release.build import build_release
+
+    store = example_store(tmp_path / "out")
+    keys = store.trace_keys()
+    with dg.instance_for_test() as inst:
+        inst.add_dynamic_partitions("trace_files", keys)
+        ingest = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=inst,
+                                resources={"store": store}, run_config=QUIET,
+                                tags=dict(zip(RANGE, (keys[0], keys[-1]))))
+        assert ingest.success
+        assert inst.get_materialized_partitions(dg.AssetKey("op_shape_time")) == set(keys)
+        evaluations = ingest.get_asset_check_evaluations()
+        assert sorted(e.partition for e in evaluations) == sorted(keys) and all(e.passed for e in evaluations)
+        ids, left_out = entering_traces(inst, store, load_fleet(store.fleet, store.trace_root))
+        assert sorted(ids) == sorted(keys) and left_out == []
+        refresh = dg.materialize(ASSETS + CHECKS, selection=["fleet_weights", "release_bundle"], instance=inst,
+                                 resources={"store": store}, run_config=QUIET)
+        assert refresh.success
+    out = tmp_path / store.release_name
+    build_release(store.trace_root, store.fleet, out, policy=store.load_policy(), store=tmp_path / "cli.store")
+    cli, pipeline = _files(out), _files(store.release_dir)
+    assert sorted(cli) == sorted(pipeline) and [k for k in cli if cli[k] != pipeline[k]] == []
