@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/dask_scale_out.py fleet --root /tmp/fleet --profiles 320 \
         --results benchmarks/results/dask_scale_out.txt
+    .venv/bin/python benchmarks/dask_scale_out.py dagster-batch --root /tmp/fleet --profiles 40
     .venv/bin/python benchmarks/dask_scale_out.py per-mb --results benchmarks/results/dask_scale_out.txt
 
 `fleet` builds fleet_N.yaml of a fleet written by `benchmarks/fleet.py generate` three ways, each from a
 fresh trace store: `--jobs 1` (one process), `--cluster` on a `dask scheduler` with two `dask worker`
 processes (--nworkers 1 --nthreads 1, started before the clock starts, as a cluster is), and the local
 pool (`--jobs 2`) for reference; then checks that the three releases are byte-for-byte the same.
-`per-mb` times the store ingest of the example traces in this process (one core, fresh store each
+`dagster-batch` runs `benchmarks/fleet.py dagster`'s comparison with every trace partition in one
+Dagster run (the range tags a single-run backfill gives its run). `per-mb` times the store ingest of the example traces in this process (one core, fresh store each
 repeat) and prints MB of trace JSON per CPU-second, the number docs/scale-out.md sizes a cluster from.
 """
 
@@ -118,6 +120,43 @@ def fleet(root: Path, n: int, work: Path) -> list[str]:
     return lines
 
 
+def dagster_batch(root: Path, first: int, count: int, work: Path) -> list[str]:
+    """The 40-profile comparison of `fleet.py dagster`, with every trace partition in one run (a single-run
+    backfill's range tags), then the refresh run; seconds per profile against `hotshape build`."""
+    import dagster as dg
+
+    from pipelines.definitions import ASSETS, CHECKS
+    from pipelines.resources import HotshapeStore
+
+    sub, fleet_yaml = fleet_bench.subfleet(root, work / "traces", first, count)
+    home = work / "dagster"
+    home.mkdir(parents=True)
+    shutil.copy(REPO / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    store = HotshapeStore(trace_root=str(sub), fleet=str(fleet_yaml), out=str(work / "pipeline"),
+                          submissions=str(work / "none"))
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    keys = store.trace_keys()
+    start = time.perf_counter()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("trace_files", keys)
+        ingest = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
+                                resources={"store": store}, run_config=quiet,
+                                tags={"dagster/asset_partition_range_start": keys[0],
+                                      "dagster/asset_partition_range_end": keys[-1]})
+        ingested = time.perf_counter()
+        refresh = dg.materialize(ASSETS + CHECKS, selection=["fleet_weights", "release_bundle", "weight_drift"],
+                                 instance=instance, resources={"store": store}, run_config=quiet)
+    done = time.perf_counter()
+    assert ingest.success and refresh.success
+    subprocess.run([sys.executable, "-m", "pipelines.cli", "build", "--traces", str(sub), "--fleet", str(fleet_yaml),
+                    "--out", str(work / "rel")], check=True, capture_output=True, cwd=REPO)
+    build = time.perf_counter() - done
+    n = len(keys)
+    return [f"dagster batch    profiles={n} build_s_per_profile={build / n:.3f} "
+            f"pipeline_s_per_profile={(done - start) / n:.3f} overhead_s_per_profile={(done - start - build) / n:.3f} "
+            f"(ingest run {ingested - start:.1f} s, refresh run {done - ingested:.1f} s)"]
+
+
 def per_mb(repeats: int) -> list[str]:
     """MB of example-trace JSON ingested into a fresh store per CPU-second of this process (one core)."""
     from ingest.discovery import discover
@@ -146,15 +185,23 @@ def main(argv=None) -> int:
     f.add_argument("--root", type=Path, required=True, help="a fleet written by benchmarks/fleet.py generate")
     f.add_argument("--profiles", type=int, default=320)
     f.add_argument("--work", type=Path, default=Path("/tmp/dask-scale-out"))
+    b = sub.add_parser("dagster-batch", help="Dagster run overhead per profile with all partitions in one run")
+    b.add_argument("--root", type=Path, required=True, help="a fleet written by benchmarks/fleet.py generate")
+    b.add_argument("--first", type=int, default=41)
+    b.add_argument("--profiles", type=int, default=40)
+    b.add_argument("--work", type=Path, default=Path("/tmp/dask-scale-out-dagster"))
     m = sub.add_parser("per-mb", help="ingest MB/s per core on the example traces")
     m.add_argument("--repeats", type=int, default=3)
-    for p in (f, m):
+    for p in (f, b, m):
         p.add_argument("--results", type=Path, help="append the lines here")
     args = parser.parse_args(argv)
     if args.command == "fleet":
         shutil.rmtree(args.work, ignore_errors=True)
         args.work.mkdir(parents=True)
         lines = fleet(args.root, args.profiles, args.work)
+    elif args.command == "dagster-batch":
+        shutil.rmtree(args.work, ignore_errors=True)
+        lines = dagster_batch(args.root, args.first, args.profiles, args.work)
     else:
         lines = per_mb(args.repeats)
     print("\n".join(lines))

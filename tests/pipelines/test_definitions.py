@@ -78,7 +78,7 @@ def test_dg_checks_and_lists_the_definitions_as_the_readme_says():
     found = json.loads(listed.stdout)
     assets = {a["asset_key"]: a for a in found["assets"]}
     assert {"kernel_events", "fleet_weights", "release_bundle", "weight_drift", "evaluation_results", "scores"} <= set(assets)
-    assert all(a["owners"] == ["team:hotshape"] for a in assets.values())
+    assert all(a["owners"] == [{"team": "hotshape"}] for a in assets.values())
     assert {"ingest_trace", "refresh_weights", "evaluate_submission", "rescore"} <= {j["name"] for j in found["jobs"]}
 
 
