@@ -22,6 +22,11 @@ CHECKS = [
     release.no_sealed_strings_in_public,
     release.release_weights_sum_to_one,
     release.every_selected_problem_has_roofline,
+    release.moves_within_intervals,
+    kernels_eval.every_problem_evaluated,
+    kernels_eval.no_fallback_counted_as_native,
+    kernels_eval.score_weights_sum_to_one,
+    kernels_eval.s_agg_in_range,
 ]
 JOBS = [jobs.ingest_job, jobs.refresh_job, jobs.evaluate_job, jobs.rescore_job]
 SENSORS = [sensors.new_trace_sensor, sensors.new_submission_sensor, sensors.new_weights_sensor]

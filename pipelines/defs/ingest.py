@@ -10,7 +10,8 @@ import warnings
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.metadata import markdown_table, top_operators
+import ingest.schema as ingest_schema
+from pipelines.defs.metadata import column_schema, rounded, table, top_operators
 from pipelines.partitions import trace_files
 from pipelines.resources import HotshapeStore
 
@@ -59,16 +60,17 @@ def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
         raise dg.Failure(f"{key}: quarantined: {traces.quarantine_reason(trace_id)}")
     summary = store.read_summary(key)
     by_attribution = pl.DataFrame(sorted(summary["by_attribution"].items()), schema=["attribution", "dur_ns"], orient="row")
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": summary["events"],
+        "dagster/column_schema": column_schema(ingest_schema.KERNEL_EVENTS),
         "trace_id": trace_id,
         "parsed": trace_id in report.parsed,  # False: the same bytes were already in the store
         "gpu_ms": summary["gpu_ns"] / 1e6,
         "attributed_share": summary["attributed_ns"] / summary["gpu_ns"] if summary["gpu_ns"] else 0.0,
         "kernels": summary["kernels"],
-        "by_attribution": markdown_table(by_attribution),
+        "by_attribution": table(by_attribution),
         "path": dg.MetadataValue.path(str(store.kernel_events_file(trace_id))),
-    })
+    }))
 
 
 @dg.asset(partitions_def=trace_files, group_name="ingest", kinds={"polars", "parquet"}, deps=[kernel_events],
@@ -86,8 +88,9 @@ def op_shape_time(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     top = top_operators(frame, "gpu_ns").with_columns((pl.col("gpu_ns") / 1e6).alias("gpu_ms")).drop("gpu_ns")
     return dg.MaterializeResult(metadata={
         "dagster/row_count": frame.height,
+        "dagster/column_schema": column_schema(ingest_schema.OP_SHAPE_TIME),
         "operators": frame["operator"].n_unique(),
-        "top_operators": markdown_table(top.select("operator", "gpu_ms", "share")),
+        "top_operators": table(top.select("operator", "gpu_ms", "share")),
         "path": dg.MetadataValue.path(str(path)),
     })
 

@@ -1,27 +1,57 @@
-"""Metadata the Dagster UI shows: markdown tables and inline plots."""
+"""Metadata the Dagster UI shows: tables, column schemas, rounded figures and inline plots."""
 
 from __future__ import annotations
 
 import base64
+import math
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
+
+DIGITS = 4  # significant digits of every float an asset reports; the files keep full precision
 
 
-def _cell(value) -> str:
+def rounded(value):
+    """`value` with floats (also inside dicts and lists) to DIGITS significant digits."""
     if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+        return value if not math.isfinite(value) or value == 0.0 else float(f"{value:.{DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
 
 
-def markdown_table(frame: pl.DataFrame, limit: int = 15) -> dg.MetadataValue:
-    """The first `limit` rows of `frame` as a markdown table."""
-    rows = frame.head(limit)
-    lines = ["| " + " | ".join(rows.columns) + " |", "|" + "---|" * len(rows.columns)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows.iter_rows()]
-    if frame.height > limit:
-        lines.append(f"\n… {frame.height - limit} more rows")
-    return dg.MetadataValue.md("\n".join(lines))
+def _type(dtype: pl.DataType) -> str:
+    return "float" if dtype.is_float() else "int" if dtype.is_integer() else "bool" if dtype == pl.Boolean else "string"
+
+
+def table(frame: pl.DataFrame, limit: int = 15) -> dg.MetadataValue:
+    """The first `limit` rows of `frame` as a Dagster table (floats rounded; other values as strings)."""
+    def cell(value, dtype):
+        return rounded(float(value)) if dtype.is_float() and value is not None else \
+            value if value is None or isinstance(value, (int, bool)) else str(value)
+
+    dtypes = frame.schema
+    records = [dg.TableRecord({c: cell(v, dtypes[c]) for c, v in row.items()})
+               for row in frame.head(limit).iter_rows(named=True)]
+    schema = dg.TableSchema(columns=[dg.TableColumn(c, _type(t)) for c, t in dtypes.items()])
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
+def column_schema(schema: pa.Schema | dict) -> dg.MetadataValue:
+    """A table's `dagster/column_schema` from its package's schema module (an Arrow schema, or a polars
+    {column: dtype} dict): each column's type, and its description and unit where the field metadata carries them."""
+    if isinstance(schema, dict):
+        schema = pl.DataFrame(schema=schema).to_arrow().schema
+    def described(field: pa.Field) -> str | None:
+        meta = field.metadata or {}
+        text, unit = meta.get(b"description", b"").decode(), meta.get(b"unit", b"").decode()
+        return (f"{text} [{unit}]" if unit else text) or None
+
+    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[
+        dg.TableColumn(f.name, str(f.type), description=described(f)) for f in schema]))
 
 
 def png_markdown(png: bytes, title: str) -> dg.MetadataValue:

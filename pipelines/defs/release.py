@@ -3,15 +3,15 @@
 import dagster as dg
 import polars as pl
 
-from pipelines.defs.metadata import markdown_table, png_markdown, svg_markdown
+from pipelines.defs.metadata import column_schema, png_markdown, rounded, svg_markdown, table
 from pipelines.defs.weighting import fleet_weights, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
 from release.build import build_release, fleet_secrets, load_mined, refresh_release
-from release.bundle import read_release
+from release.bundle import read_release, weights_file
 from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
-from release.schema import PHASES
+from release.schema import MANIFEST, PHASES
 from release.sealing import leak_check, public_vocabulary, sealed_strings
-from weighting.drift import compare
+from weighting.drift import causes, compare, read_context
 from weighting.drift_report import bars_before_after, write_html
 from weighting.fleet import load_fleet
 
@@ -31,17 +31,19 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
         summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy, mined=mined)
     rel = read_release(out)
     coverage = rel.info["weights"][-1].get("coverage")
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
+        "dagster/row_count": rel.manifest.height,
+        "dagster/column_schema": column_schema(MANIFEST),
         "problems": rel.manifest.height,
         "operators": rel.manifest["operator"].n_unique(),
         "weights_version": rel.versions[-1],
         **({"coverage_of_fleet": coverage} if coverage is not None else {}),
         "leak_check": dg.MetadataValue.json(summary["leak_check"]),
-        "top_operators": markdown_table(operator_table(rel.manifest, rel.weights())),
+        "top_operators": table(operator_table(rel.manifest, rel.weights())),
         "operator_weights": png_markdown(rel.read_bytes(PLOT_OPERATORS), "weight per operator"),
         "phase_split": png_markdown(rel.read_bytes(PLOT_PHASES), "phase split"),
         "path": dg.MetadataValue.path(str(out)),
-    })
+    }))
 
 
 @dg.asset(group_name="release", kinds={"html"}, deps=[release_bundle])
@@ -54,19 +56,23 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
     ops = rel.manifest.select("problem_id", "operator")
     report = compare(rel.weights(v - 1).join(ops, on="problem_id"), rel.weights(v).join(ops, on="problem_id"))
     beyond = (rel.drift(v) or {}).get("beyond_interval")
-    html = write_html(report, store.drift_dir / f"{rel.name}-v{v}.html", f"v{v - 1}", f"v{v}", beyond=beyond)
+    # shapes and causes as `hotshape drift` gives them, from the two versions' sealed inputs
+    labels, old_inputs = read_context(store.release_dir / weights_file(v - 1))
+    _, new_inputs = read_context(store.release_dir / weights_file(v))
+    html = write_html(report, store.drift_dir / f"{rel.name}-v{v}.html", f"v{v - 1}", f"v{v}", beyond=beyond,
+                      labels=labels, causes=causes(report, old_inputs, new_inputs))
     figures = {k: val for k, val in report.to_dict().items()
                if k in ("js_divergence", "total_variation", "operator_total_variation", "spearman", "n_kept") and val is not None}
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "weights_version": v, "compared_with": f"v{v - 1}", **figures,
         "newly_hot": len(report.newly_hot), "newly_cold": len(report.newly_cold),
-        "operator_movers": markdown_table(report.operators),
+        "operator_movers": table(report.operators),
         "operator_weights_before_after": svg_markdown(bars_before_after(
             report.operators.head(15).select("operator", "weight_old", "weight_new").rows()), f"W_op v{v - 1} → v{v}"),
         # Movements beyond the new version's bootstrap intervals, as the release's drift JSON marks them.
-        "beyond_interval": dg.MetadataValue.json(beyond or {}),
+        "beyond_interval": dg.MetadataValue.json(rounded(beyond or {})),
         "report": dg.MetadataValue.path(str(html)),
-    })
+    }))
 
 
 def _mined(store: HotshapeStore):
@@ -119,9 +125,21 @@ def every_selected_problem_has_roofline(store: HotshapeStore) -> dg.AssetCheckRe
     lost = weight_of(missing, rel.weights())
     return dg.AssetCheckResult(passed=missing.height == 0, metadata={
         "missing": missing.height, "weight_without_roofline": lost,
-        "problems_missing": markdown_table(missing)})
+        "problems_missing": table(missing)})
 
 
 def weight_of(missing: pl.DataFrame, weights: pl.DataFrame) -> float:
     """Total weight of the problems in `missing`."""
     return float(weights.filter(pl.col("problem_id").is_in(missing["problem_id"].implode()))["weight"].sum())
+
+
+@dg.asset_check(asset=weight_drift)
+def moves_within_intervals(store: HotshapeStore) -> dg.AssetCheckResult:
+    """No problem or operator weight moved beyond the new version's bootstrap interval (WARN: a real fleet change
+    moves weights too; the drift report names its cause)."""
+    rel = read_release(store.release_dir, verify=False)
+    beyond = (rel.drift(rel.versions[-1]) or {}).get("beyond_interval") or {}
+    problems, operators = beyond.get("problems", []), beyond.get("operators", [])
+    return dg.AssetCheckResult(passed=not problems and not operators, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "weights_version": rel.versions[-1], "problems_beyond": len(problems), "operators_beyond": len(operators),
+        "beyond_interval": dg.MetadataValue.json({"problems": problems, "operators": operators})})

@@ -7,11 +7,11 @@ import dagster as dg
 import polars as pl
 
 from pipelines.defs.ingest import op_shape_time
-from pipelines.defs.metadata import markdown_table, top_operators
+from pipelines.defs.metadata import column_schema, rounded, table, top_operators
 from pipelines.resources import HotshapeStore
 from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
-from weighting.schema import PHASE_WEIGHTS
+from weighting.schema import FLEET_WEIGHTS, PHASE_WEIGHTS
 from release.build import mine_store, save_mined
 from weighting.selection import SUM_TOLERANCE
 
@@ -61,18 +61,19 @@ def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     selected, coverage = mined.selected, mined.coverage
     ops = top_operators(selected, "weight").rename({"weight": "W_op"}).drop("share")
     shares = concentration(selected)
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": mined.fleet_weights.height,
+        "dagster/column_schema": column_schema(FLEET_WEIGHTS),
         "problems": selected.height,
         "operators": selected["operator"].n_unique(),
         "traces_used": mined.traces.height,
         "traces_left_out": dg.MetadataValue.json({q["path"]: q["reason"] for q in left_out}),
         "coverage_of_fleet": coverage["coverage_of_fleet"],
         "coverage_of_benchmarkable": coverage["coverage_of_benchmarkable"],
-        "top_operators": markdown_table(ops),
-        "concentration": dg.MetadataValue.json(shares),
+        "top_operators": table(ops),
+        "concentration": dg.MetadataValue.json(rounded(shares)),
         "path": dg.MetadataValue.path(str(store.weights_dir)),
-    })
+    }))
 
 
 def weight_sums(weights: pl.DataFrame) -> dict[str, float]:

@@ -51,14 +51,17 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
         assert meta["trace_id"] == trace["trace_id"]
         ost = pl.read_parquet(store.op_shape_time_file(trace["trace_id"]))
         assert int(ost["gpu_ns"].sum()) == trace["gpu_ns"]  # op_shape_time keeps every ns of the trace
-        assert _metadata(instance, "op_shape_time", key)["top_operators"].startswith("| operator | gpu_ms | share |")
+        top = _metadata(instance, "op_shape_time", key)["top_operators"]
+        assert [c.name for c in top.schema.columns] == ["operator", "gpu_ms", "share"] and top.records
         assert summary["checks"][f"kernel_events:gpu_time_conserved[{key}]"]
 
     weights = _metadata(instance, "fleet_weights")
     selected = pl.read_parquet(store.weights_dir / "hot_problems.parquet")
     assert weights["problems"] == selected.height > 0 and weights["traces_used"] == len(EXAMPLE_KEYS)
     assert weights["traces_left_out"] == {}
-    assert "| gemm |" in weights["top_operators"]
+    assert "gemm" in [r.data["operator"] for r in weights["top_operators"].records]
+    columns = {c.name: c for c in _metadata(instance, "release_bundle")["dagster/column_schema"].schema.columns}
+    assert columns["problem_id"].description.startswith("keyed hash")  # release.schema's field descriptions
 
     rel = read_release(store.release_dir)
     assert summary["release"] == str(store.release_dir) and rel.versions == [1] == [summary["weights_version"]]
