@@ -142,3 +142,18 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, examples_
     assert ts.paths().equals(local.paths())
     local_files, remote = _files(local_release), _files(out)
     assert [k for k in local_files if local_files[k] != remote.get(k)] == [] and sorted(remote) == sorted(local_files)
+
+
+def test_hotshape_ingest_sends_its_parses_to_the_scheduler_in_the_environment(cluster, examples_dir, local_release,
+                                                                               tmp_path, monkeypatch):
+    from distributed import Client
+
+    from ingest.store import TraceStore
+    from pipelines.cli import main
+
+    monkeypatch.setenv("HOTSHAPE_DASK_SCHEDULER", cluster.address)
+    assert main(["ingest", str(examples_dir / "traces"), "--out", str(tmp_path / "store"), "--json"]) == 0
+    assert TraceStore(tmp_path / "store").trace_ids() == TraceStore(local_release.with_name("store")).trace_ids()
+    with Client(cluster.address, timeout=30) as client:  # the parses ran there
+        prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert any(p.startswith("hotshape-ingest") for p in prefixes), prefixes
