@@ -39,6 +39,11 @@ CONTENDERS = {
         "hotshape",
         "import sys; from ingest.pipeline import ingest_trace; r = ingest_trace(sys.argv[1]); print(r.events.height, file=sys.stderr)",
     ),
+    "hotshape ingest (CLI)": (
+        "hotshape",
+        # `hotshape ingest TRACE --out DIR`: read, attribute, classify, write the store and its views.
+        "import sys, tempfile; from pipelines.cli import main; main(['ingest', sys.argv[1], '--out', tempfile.mkdtemp()])",
+    ),
     "HTA TraceAnalysis": (
         "hta",
         # HTA loads a directory of rank files; the trace is linked into a fresh one as rank 0.

@@ -11,7 +11,7 @@ from ingest.graphs import attribute_graphs
 from ingest.phases import assign_phases, merged_step
 from ingest.problems import fill_block_size, grouped_mm_call, moe_from_grouped_mm, router_topk, to_problem
 from ingest.shapes import add_step_context, canonical_json, shape_kwargs
-from ingest.schema import CLASSIFIED_EVENTS, OP_SHAPE_TIME, validate
+from ingest.schema import CLASSIFIED_EVENT_COLUMNS, OP_SHAPE_TIME_COLUMNS, conform
 from ingest.taxonomy import Taxonomy, load_taxonomy
 
 CLASSIFIED_COLUMNS = ("operator", "shape", "phase", "phase_rule")
@@ -149,7 +149,7 @@ def classify_events(
         pl.Series("op", ops, dtype=pl.String),
         attribution.alias("attribution"),
     ).drop("graph_capture")
-    return pl.from_arrow(validate(out.to_arrow(), CLASSIFIED_EVENTS, "classified kernel_events"))
+    return conform(out, CLASSIFIED_EVENT_COLUMNS, "classified kernel_events")
 
 
 def op_shape_time(events: pl.DataFrame) -> pl.DataFrame:
@@ -159,4 +159,4 @@ def op_shape_time(events: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns"), pl.len().cast(pl.Int64).alias("calls"))
         .sort("trace_id", "gpu_ns", "operator", "shape", "phase", descending=[False, True, False, False, False])
     )
-    return pl.from_arrow(validate(frame.to_arrow(), OP_SHAPE_TIME, "op_shape_time"))
+    return conform(frame, OP_SHAPE_TIME_COLUMNS, "op_shape_time")

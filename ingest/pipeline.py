@@ -192,9 +192,8 @@ def traces_frame(results: list[TraceResult]) -> pl.DataFrame:
 def traces_frame_from(summaries: list[dict]) -> pl.DataFrame:
     """The `traces` table from per-trace summaries (extra summary keys are left out)."""
     import polars as pl
-    import pyarrow as pa
 
-    from ingest.schema import TRACES
+    from ingest.schema import TRACE_COLUMNS
 
-    rows = [{name: s[name] for name in TRACES.names} for s in summaries]
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=TRACES))
+    # Built in polars, not from an Arrow table: `hotshape ingest` then never imports pyarrow and numpy.
+    return pl.DataFrame({name: [s[name] for s in summaries] for name in TRACE_COLUMNS}, schema=TRACE_COLUMNS)

@@ -98,6 +98,15 @@ def __getattr__(name: str) -> pa.Schema:
     return schema
 
 
+def conform(frame: pl.DataFrame, columns: dict, name: str) -> pl.DataFrame:
+    """The frame as `columns` (a *_COLUMNS dict) lists them, cast; the polars twin of `validate`
+    (no Arrow round trip, so classification never imports pyarrow)."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name}: missing columns {missing}")
+    return frame.select(pl.col(c).cast(dtype) for c, dtype in columns.items())
+
+
 def validate(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
     """The table cast to `schema`, or a ValueError naming the table and the missing columns."""
     missing = [f.name for f in schema if f.name not in table.column_names]

@@ -201,7 +201,8 @@ def _default() -> Taxonomy:
 
 def _load(path: Path) -> Taxonomy:
     try:
-        doc = yaml.safe_load(path.read_text())
+        # libyaml's loader where pyyaml has it (a third of the default taxonomy's load time); same document.
+        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except OSError as exc:
         raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:

@@ -1,0 +1,40 @@
+"""Oracles of ingest's fast paths: each gives the frame its plain version gives, on real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ingest.graphs import align_replays, attribute_graphs
+from ingest.pipeline import ingest_trace, read_events, traces_frame_from
+from ingest.schema import CLASSIFIED_EVENT_COLUMNS, CLASSIFIED_EVENTS, conform, validate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+EXAMPLE_TRACES = sorted(EXAMPLES.glob("*/*.json.gz"))
+
+
+@pytest.mark.parametrize("path", EXAMPLE_TRACES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_attribute_graphs_without_replays_to_align_is_the_row_by_row_path(path):
+    events = read_events(path)
+    assert attribute_graphs(events, None).equals(align_replays(events, None))
+
+
+def test_conform_is_validate_without_arrow():
+    events = ingest_trace(EXAMPLES / "qwen3-30b-a3b" / "eager.json.gz").events
+    fast = conform(events, CLASSIFIED_EVENT_COLUMNS, "classified kernel_events")
+    slow = pl.from_arrow(validate(events.to_arrow(), CLASSIFIED_EVENTS, "classified kernel_events"))
+    assert fast.schema == slow.schema and fast.equals(slow)
+
+
+def test_traces_frame_is_the_arrow_built_one():
+    import pyarrow as pa
+
+    from ingest.schema import TRACES
+
+    summaries = [ingest_trace(p).summary for p in EXAMPLE_TRACES[:2]]
+    slow = pl.from_arrow(pa.Table.from_pylist([{n: s[n] for n in TRACES.names} for s in summaries], schema=TRACES))
+    fast = traces_frame_from(summaries)
+    assert fast.schema == slow.schema and fast.equals(slow)
+    assert traces_frame_from([]).schema == slow.schema
