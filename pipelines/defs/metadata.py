@@ -13,12 +13,12 @@ DIGITS = 4  # significant digits of every float an asset reports; the files keep
 
 
 def rounded(value):
-    """`value` with floats (also inside dicts and lists) to DIGITS significant digits."""
-    if isinstance(value, float):
+    """`value` with floats (also inside plain dicts and lists) to DIGITS significant digits; MetadataValues as given."""
+    if type(value) is float:
         return value if not math.isfinite(value) or value == 0.0 else float(f"{value:.{DIGITS}g}")
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: rounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):
         return [rounded(v) for v in value]
     return value
 

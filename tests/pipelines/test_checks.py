@@ -44,7 +44,7 @@ def _meta(evaluation) -> dict:
 def test_every_check_passes_on_the_examples_but_the_roofline_one_is_judged_elsewhere(materialized):
     _, summary = materialized
     passed = {k: v for k, v in summary["checks"].items() if "every_selected_problem_has_roofline" not in k}
-    assert len(passed) == len(summary["traces"]) + 4 and all(passed.values()), passed
+    assert len(passed) == len(summary["traces"]) + 5 and all(passed.values()), passed
 
 
 # ---- conservation of GPU time per trace ----------------------------------------------------------
