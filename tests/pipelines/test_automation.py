@@ -86,7 +86,8 @@ def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(in
     meta = {k: v.value for k, v in drift.metadata.items()}
     assert meta["weights_version"] == 2 and meta["compared_with"] == "v1"
     # The new graph-replay profile moves chat-dense-8b's shares: the weights really moved.
-    assert meta["total_variation"] > 0 and meta["total_variation"] == rel.drift(2)["total_variation"]
+    # metadata floats are rounded to 4 significant digits; the release's drift JSON keeps them whole
+    assert meta["total_variation"] > 0 and meta["total_variation"] == float(f"{rel.drift(2)['total_variation']:.4g}")
     # shapes, not problem ids, as `hotshape drift` writes them
     from weighting.drift import shape_labels
 
