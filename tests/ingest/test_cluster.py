@@ -20,6 +20,7 @@ from release.build import build_release  # noqa: E402
 from release.bundle import read_release  # noqa: E402
 
 DASK = Path(sys.executable).with_name("dask")
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
 
 
@@ -43,8 +44,10 @@ class Cluster:
 
     def _start(self, argv, name: str, env=None) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "wb")
+        # the repository on the path: a test can hand the workers a function of this module
+        env = (env or os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         return subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+                                start_new_session=True, cwd=REPO)
 
     def add_workers(self, n: int) -> None:
         from distributed import Client
@@ -157,3 +160,22 @@ def test_hotshape_ingest_sends_its_parses_to_the_scheduler_in_the_environment(cl
     with Client(cluster.address, timeout=30) as client:  # the parses ran there
         prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
     assert any(p.startswith("hotshape-ingest") for p in prefixes), prefixes
+
+
+def _die(task, store=None):
+    """Stands in for ingest.store._ingest_one on the workers: the worker process dies mid-trace."""
+    os._exit(1)
+
+
+def test_a_trace_whose_workers_die_twice_is_quarantined_with_the_reason(cluster, examples_dir, tmp_path, monkeypatch):
+    import ingest.store
+    from ingest.cluster import ingest_on_cluster
+    from ingest.store import TraceStore
+    from ingest.tracefile import trace_id_of
+
+    monkeypatch.setattr(ingest.store, "_ingest_one", _die)
+    store = TraceStore(tmp_path / "store")
+    path = examples_dir / "traces" / "llama3-8b-compiled" / "eager.json.gz"
+    tid = trace_id_of(path.read_bytes())
+    assert ingest_on_cluster(cluster.address, [(tid, (store.url, str(path), "eager", (), None))], store) == [tid]
+    assert "KilledWorker" in store.quarantine_reason(tid) and store.summary(tid) is None
