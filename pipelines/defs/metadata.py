@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import math
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import polars as pl
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DIGITS = 4  # significant digits of every float an asset reports; the files keep full precision
 
