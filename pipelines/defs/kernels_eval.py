@@ -10,7 +10,7 @@ import polars as pl
 from kernels_eval.harness.adoption import NATIVE_SHARE
 from kernels_eval.results_schema import RESULTS, STAGES, read_results
 from kernels_eval.results_verify import check_results
-from kernels_eval.run_summary import operator_summaries
+from kernels_eval.run_summary import DONE, operator_summaries
 from kernels_eval.scoring import score
 from pipelines.defs.metadata import column_schema, rounded, table
 from pipelines.defs.release import release_bundle
@@ -55,7 +55,7 @@ def evaluation_results(context: dg.AssetExecutionContext, config: EvaluationDevi
 
 def operator_table(rows: list[dict]) -> pl.DataFrame:
     """Per operator of a run: problems, done, failed in each stage, and the first failure (run_summary's counts)."""
-    failed = [s for s in STAGES if s != "done"]
+    failed = [s for s in STAGES if s != DONE]
     return pl.DataFrame([{
         "operator": s.operator, "problems": s.problems, "done": s.done,
         **{f"failed_{stage}": s.failed.get(stage, 0) for stage in failed},
@@ -142,7 +142,7 @@ def no_fallback_counted_as_native(context: dg.AssetCheckExecutionContext, store:
         "rows_miscounted": table(wrong)})
 
 
-def score_problems(by_hardware: list[dict]) -> tuple[list[str], list[str]]:
+def score_faults(by_hardware: list[dict]) -> tuple[list[str], list[str]]:
     """(hardware whose W_op do not sum to 1, hardware whose S_agg is outside [0, 1] or set although
     nothing was timed, or null although something was) of one scores file."""
     sums_off, out_of_range = [], []
@@ -164,7 +164,7 @@ def _scores_file(store: HotshapeStore, key: str) -> list[dict]:
 def score_weights_sum_to_one(context: dg.AssetCheckExecutionContext, store: HotshapeStore) -> dg.AssetCheckResult:
     """The operator weights W_op a score used sum to 1 (within 1e-9), on every hardware."""
     by_hardware = _scores_file(store, context.partition_key)
-    sums_off, _ = score_problems(by_hardware)
+    sums_off, _ = score_faults(by_hardware)
     return dg.AssetCheckResult(passed=not sums_off, metadata={
         "sum_W_op": dg.MetadataValue.json({s["hardware"]: math.fsum(s["W_op"].values()) for s in by_hardware})})
 
@@ -173,7 +173,7 @@ def score_weights_sum_to_one(context: dg.AssetCheckExecutionContext, store: Hots
 def s_agg_in_range(context: dg.AssetCheckExecutionContext, store: HotshapeStore) -> dg.AssetCheckResult:
     """S_agg lies in [0, 1] where performance was measured, and is null (not measured) where it was not."""
     by_hardware = _scores_file(store, context.partition_key)
-    _, out_of_range = score_problems(by_hardware)
+    _, out_of_range = score_faults(by_hardware)
     return dg.AssetCheckResult(passed=not out_of_range, metadata={
         "S_agg": dg.MetadataValue.json({s["hardware"]: rounded(s["S_agg"]) for s in by_hardware}),
         "hardware_out_of_range": dg.MetadataValue.json(out_of_range)})

@@ -14,7 +14,7 @@ import pytest
 from kernels_eval.results_schema import read_results, write_results
 from pipelines.commands import materialize_all
 from pipelines.defs.kernels_eval import (every_problem_evaluated, fallbacks_counted_as_native,
-                                         no_fallback_counted_as_native, s_agg_in_range, score_problems,
+                                         no_fallback_counted_as_native, s_agg_in_range, score_faults,
                                          score_weights_sum_to_one)
 from tests.conftest import REPO
 from tests.pipelines.conftest import dense_store
@@ -107,11 +107,11 @@ def test_score_checks_fail_on_a_weight_sum_or_an_s_agg_out_of_range(evaluated, t
     store, _ = evaluated
     [path] = list(store.scores_dir("honest").glob("*.json"))
     [scored] = json.loads(path.read_text())
-    assert score_problems([scored]) == ([], [])
-    assert score_problems([scored | {"W_op": {k: 2 * v for k, v in scored["W_op"].items()}}])[0] == ["cpu"]
-    assert score_problems([scored | {"S_agg": 0.0}])[1] == ["cpu"]  # CPU: not measured is null, never 0
-    assert score_problems([scored | {"S_agg": 1.5, "performance_measured": True}])[1] == ["cpu"]
-    assert score_problems([scored | {"S_agg": 0.25, "performance_measured": True}]) == ([], [])
+    assert score_faults([scored]) == ([], [])
+    assert score_faults([scored | {"W_op": {k: 2 * v for k, v in scored["W_op"].items()}}])[0] == ["cpu"]
+    assert score_faults([scored | {"S_agg": 0.0}])[1] == ["cpu"]  # CPU: not measured is null, never 0
+    assert score_faults([scored | {"S_agg": 1.5, "performance_measured": True}])[1] == ["cpu"]
+    assert score_faults([scored | {"S_agg": 0.25, "performance_measured": True}]) == ([], [])
 
     copy = dense_store(tmp_path, TRACES)
     shutil.copytree(store.out, copy.out, dirs_exist_ok=True)
