@@ -143,13 +143,28 @@ def classify_events(
     )
     out = events.with_columns(
         pl.Series("operator", operators, dtype=pl.String),
-        pl.Series("shape", [canonical_json(k) if k else EMPTY_SHAPE for k in kwargs_list], dtype=pl.String),
+        pl.Series("shape", _shape_texts(kwargs_list), dtype=pl.String),
         pl.Series("phase", phase, dtype=pl.String),
         pl.Series("phase_rule", phase_rule, dtype=pl.String),
         pl.Series("op", ops, dtype=pl.String),
         attribution.alias("attribution"),
     ).drop("graph_capture")
     return conform(out, CLASSIFIED_EVENT_COLUMNS, "classified kernel_events")
+
+
+def _shape_texts(kwargs_list: list[dict]) -> list[str]:
+    """Canonical JSON of each row's kwargs, rendered once per kwargs object (rows of one memo hit share it).
+
+    Tuned for speed; the plain version is `[canonical_json(k) if k else EMPTY_SHAPE for k in kwargs_list]`
+    (oracle: tests/ingest/test_fast_paths.py)."""
+    texts: dict[int, str] = {}
+    out = []
+    for k in kwargs_list:
+        text = texts.get(id(k))
+        if text is None:
+            text = texts[id(k)] = canonical_json(k) if k else EMPTY_SHAPE
+        out.append(text)
+    return out
 
 
 def op_shape_time(events: pl.DataFrame) -> pl.DataFrame:

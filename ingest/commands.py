@@ -21,18 +21,23 @@ def _progress(items, total=None):
 
 def run_ingest(args: argparse.Namespace) -> int:
     """Ingest the traces named and write kernel_events, traces and op_shape_time under --out."""
-    from ingest.output import write_ingest
+    from ingest.tracefile import drop_prefetched, prefetch
 
     paths = discover(args.traces)
     if not paths:
         print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
         return 2
+    if len(paths) == 1 and not args.cluster and str(paths[0]).endswith((".json", ".json.gz")):
+        prefetch(paths[0])  # one trace, read here: its gunzip overlaps the imports below
+    from ingest.output import write_ingest
+
     root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
     captures = [Path(c) for c in args.capture] if args.capture else None
     summary = write_ingest(
         paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs,
         cluster=args.cluster,
     )
+    drop_prefetched()
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

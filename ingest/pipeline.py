@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, trace_id_of
+from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, take, trace_id_of  # noqa: F401
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
 # a fresh process then gunzips its first trace on a second core while they load (read_events).
@@ -62,7 +62,7 @@ def _read_events(path: str | Path) -> pl.DataFrame:
         from ingest.rocprof import read_rocprof
 
         return read_rocprof(path, trace_id_of(Path(path).read_bytes()))
-    trace_bytes = TraceBytes(path)  # read and gunzipped on a worker thread while the imports below run
+    trace_bytes = take(path)  # read and gunzipped on a worker thread while the imports below run
     from ingest.attribution import attribute
     from ingest.kineto import read_kineto
 

@@ -95,3 +95,23 @@ class TraceBytes:
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
+
+
+# A trace whose reading started before the frame libraries were imported (`hotshape ingest` of one
+# file: its gunzip overlaps the imports of polars and the store), taken by the reader that needs it.
+_PREFETCHED: dict[str, TraceBytes] = {}
+
+
+def prefetch(path: str | Path) -> None:
+    """Start reading `path` now; the next `take(path)` gets it."""
+    _PREFETCHED[str(path)] = TraceBytes(path)
+
+
+def take(path: str | Path) -> TraceBytes:
+    """The trace being read for `path`: the prefetched one, else a fresh read."""
+    return _PREFETCHED.pop(str(path), None) or TraceBytes(path)
+
+
+def drop_prefetched() -> None:
+    """Forget prefetched traces no reader took (a trace the store already held)."""
+    _PREFETCHED.clear()

@@ -38,3 +38,12 @@ def test_traces_frame_is_the_arrow_built_one():
     fast = traces_frame_from(summaries)
     assert fast.schema == slow.schema and fast.equals(slow)
     assert traces_frame_from([]).schema == slow.schema
+
+
+def test_shape_texts_are_canonical_json_per_row():
+    from ingest.classify import EMPTY_SHAPE, _shape_texts
+    from ingest.shapes import canonical_json
+
+    shared = {"m": 8, "n": 4096, "k": 4096, "dtype": "bf16"}
+    rows = [shared, {}, shared, {"m": 8, "n": 4096, "k": 4096, "dtype": "bf16"}, {"dtype": "fp8"}]
+    assert _shape_texts(rows) == [canonical_json(k) if k else EMPTY_SHAPE for k in rows]
