@@ -1,5 +1,6 @@
 """Phases without annotations (issue 19 item 5): each example trace that has both phases, its
-step annotations renamed `execute_model` (what HF-style generation traces carry) or removed
+step annotations renamed `execute_model` (what HF-style generation traces carry), numbered
+`ProfilerStep#N` (torch.profiler's schedule) or removed
 (tests/fixtures/strip_annotations.py), splits its GPU time into prefill/decode within 3 points of
 what the annotated trace says."""
 
@@ -25,7 +26,7 @@ def _split(events: pl.DataFrame) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("rel", ANNOTATED)
-@pytest.mark.parametrize("name", ["execute_model", None], ids=["execute_model", "no_range"])
+@pytest.mark.parametrize("name", ["execute_model", "ProfilerStep#{n}", None], ids=["execute_model", "profiler_step", "no_range"])
 def test_unannotated_split_within_3_points(rel, name, tmp_path):
     truth = ingest_trace(EXAMPLES / rel).events
     assert set(truth["phase"]) >= {"prefill", "decode"}, rel
