@@ -202,7 +202,9 @@ def _check_case(op: str, init: dict, inputs: dict, log_for, modules: dict) -> li
 
     from kernels_eval.harness.adoption import compute_ops
     from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
-    from kernels_eval.harness.worker import _audit_mode
+    from kernels_eval.harness import observe
+    from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
+    from kernels_eval.harness.worker import POISON_OPS
 
     spec = registry.spec(op)
     reference = registry.load_reference(op)
@@ -217,7 +219,8 @@ def _check_case(op: str, init: dict, inputs: dict, log_for, modules: dict) -> li
         pristine = {k: v.clone() for k, v in given.items() if isinstance(v, torch.Tensor)}
         expected = named_outputs(reference.Model(**init)(**{k: v.clone() for k, v in given.items()}), spec.outputs)
         model = modules[op].Model(**init)
-        audit = _audit_mode(poison=True)  # fresh allocations are NaN/sentinel-filled: unwritten output fails
+        # the worker's own dispatch mode: fresh allocations are NaN/sentinel-filled, so unwritten output fails
+        audit = observe.audit_mode_class(POISON_OPS, ALLOWED_ATEN_OPS)(observe.Channel(-1), poison=True)
         log.active = True
         try:
             with torch.no_grad(), audit:
