@@ -196,6 +196,18 @@ class OperatorJudge:
             return False
         return not failures
 
+    def _expected(self, model, input_kwargs: dict, seed: int) -> tuple[dict, dict, dict | None]:
+        """(pristine inputs, the reference's outputs, its tie scores) on the inputs drawn from `seed`; references
+        never write their inputs (operators/README.md), so the inputs stay pristine."""
+        import torch
+
+        before = self._reference_inputs(input_kwargs, seed)
+        with torch.no_grad():
+            expected = named_outputs(model(**before), self.spec.outputs)
+            tie_scores = getattr(self.reference, "tie_scores", None)
+            ties = tie_scores(model, before) if tie_scores is not None else None
+        return before, expected, ties
+
     def _judged_call(self, model, init_kwargs: dict, input_kwargs: dict, **flags) -> tuple[dict, list[str], float]:
         """(reply, failures, max error) of one worker call judged against the reference on the same seed."""
         import torch
@@ -212,12 +224,7 @@ class OperatorJudge:
         after = self._import(reply.get("inputs"))
         self._clock("import", began)
         began = time.monotonic()
-        # references never write their inputs (operators/README.md), so `before` stays pristine
-        before = self._reference_inputs(input_kwargs, seed)
-        with torch.no_grad():
-            expected = named_outputs(model(**before), self.spec.outputs)
-            tie_scores = getattr(self.reference, "tie_scores", None)
-            ties = tie_scores(model, before) if tie_scores is not None else None
+        before, expected, ties = self._expected(model, input_kwargs, seed)
         self._clock("reference", began)
         began = time.monotonic()
         failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
@@ -382,11 +389,7 @@ class OperatorJudge:
             got = self._import(sample.get("outputs"))
             self._clock("import", began)
             began = time.monotonic()
-            before = self._reference_inputs(input_kwargs, int(sample["seed"]))
-            with torch.no_grad():
-                expected = named_outputs(model(**before), self.spec.outputs)
-                tie_scores = getattr(self.reference, "tie_scores", None)
-                ties = tie_scores(model, before) if tie_scores is not None else None
+            before, expected, ties = self._expected(model, input_kwargs, int(sample["seed"]))
             self._clock("reference", began)
             began = time.monotonic()
             failures, _ = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)

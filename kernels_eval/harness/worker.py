@@ -257,10 +257,7 @@ class Worker:
         outputs = _as_named(out, self.outputs, torch)
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
-        reply = {"ok": True, "launches": launches, "aten_ops": audit.ops,
-                 "outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
-                 "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
-                            if isinstance(v, torch.Tensor)}}
+        reply = {"ok": True, "launches": launches, "aten_ops": audit.ops, **self._export_call(outputs, inputs)}
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -299,9 +296,7 @@ class Worker:
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": {}, "records": records, "filled_bytes": filled,
-                 "outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
-                 "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
-                            if isinstance(v, torch.Tensor)}}
+                 **self._export_call(outputs, inputs)}
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -438,6 +433,12 @@ class Worker:
     def _sync(self) -> None:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
+
+    def _export_call(self, outputs: dict, inputs: dict) -> dict:
+        """A call's outputs and its inputs as they are afterwards, exported for the parent to judge."""
+        return {"outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
+                "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
+                           if isinstance(v, self.torch.Tensor)}}
 
     def _export(self, t, name: str) -> dict:
         return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc, staging=self.staging)
