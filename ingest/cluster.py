@@ -10,8 +10,8 @@ and the summary is renamed last, so the store does not count the trace, and the 
 the task to another worker. Run the scheduler with `DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1`
 so that this happens once; a trace whose second worker dies too comes back as KilledWorker and
 is quarantined with that reason (a trace that kills workers is most often one too large for their
-memory). An exception raised by the parse itself is retried once (`retries=1`) and then raised,
-as the local pool raises it: a bug must not turn into a quarantined profile.
+memory). An exception raised by the parse itself quarantines that trace with its type and message, as
+on the local path (one bad file never aborts a batch).
 """
 
 from __future__ import annotations

@@ -347,15 +347,15 @@ _OPEN: dict[str, TraceStore] = {}
 
 def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
     """Parse one trace into the store (in a worker process, or in-process with `store`); its trace_id."""
-    from ingest.pipeline import ingest_trace
+    from ingest.pipeline import failure_reason, ingest_trace
 
     url, path, name, digests, taxonomy = task
     store = store or _OPEN.setdefault(url, TraceStore(url))
     capture_events = store.captures_for(digests)
     try:
         result = ingest_trace(path, name, captures=[], taxonomy=taxonomy, capture_events=capture_events)
-    except TraceError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of one trace quarantines it; the rest go on
         tid = trace_id_of(Path(path).read_bytes())
-        store.quarantine(tid, exc.problem)
+        store.quarantine(tid, exc.problem if isinstance(exc, TraceError) else failure_reason(exc))
         return tid
     return store.put(result).trace_id

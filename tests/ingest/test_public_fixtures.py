@@ -169,6 +169,27 @@ def test_any_exception_quarantines_only_its_trace(tmp_path, monkeypatch):
     assert len(out.traces) == 1
 
 
+def test_any_exception_quarantines_only_its_trace_in_the_store(monkeypatch, tmp_path):
+    # The store is what ingest, build and refresh write: the same rule holds there as in ingest_many.
+    import ingest.pipeline as pipeline
+    from ingest.store import TraceStore
+
+    real = pipeline.ingest_trace
+
+    def flaky(path, *args, **kwargs):
+        if Path(path).name == "boom.json.gz":
+            raise RuntimeError("a reader bug")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "ingest_trace", flaky)
+    boom = tmp_path / "boom.json.gz"
+    shutil.copy(PUBLIC / "rocprofv3_mi350x_908.json.gz", boom)
+    store = TraceStore(str(tmp_path / "store"))
+    store.ingest([boom, PUBLIC / "falconsai_vit_h100.json.gz"], jobs=1)
+    assert store.quarantined() == [{"path": str(boom), "reason": "unexpected RuntimeError while ingesting: a reader bug"}]
+    assert len(store.trace_ids()) == 1
+
+
 def test_bidirectional_attention_is_no_serving_phase():
     # A vision/diffusion transformer's SDPA (no cache, no causal mask) is not prefill.
     assert phase_from_shape("attention_forward", {"num_heads": 12, "head_dim": 64, "seq_lens": [197] * 4}) is None
