@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +15,20 @@ from kernels_eval.harness import channel, sandbox
 from kernels_eval.harness.limits import Cgroup, ProcessTree, parent_pid as _parent
 
 BWRAP_PROCESSES = 2  # bwrap outside the sandbox and its pid 1 inside: not the candidate's
+
+
+def read_log(path: Path) -> bytes:
+    """A worker's log, read without following links: the log lies in the sandbox's writable directory, and a
+    candidate that swapped it for a symlink to a file outside (the results key, say) would have the evaluator
+    copy that file into its error text."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 class WorkerDied(RuntimeError):
@@ -171,7 +186,7 @@ class WorkerProcess:
 
     def _log_tail(self) -> str:
         try:
-            tail = self.log_path.read_bytes()[-600:].decode(errors="replace").strip()
+            tail = read_log(self.log_path)[-600:].decode(errors="replace").strip()
         except OSError:
             return ""
         return f"; its output ends: {tail}" if tail else ""

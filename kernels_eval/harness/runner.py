@@ -23,7 +23,7 @@ from pathlib import Path
 from kernels_eval import registry
 from kernels_eval.harness import adoption, channel, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
-from kernels_eval.harness.process import WorkerDied, WorkerProcess
+from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 
@@ -682,7 +682,10 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
             prune(file_cache_dir(config.triton_cache, file))
         if config.keep_logs is not None and judge.log.exists():
             config.keep_logs.mkdir(parents=True, exist_ok=True)
-            shutil.copy(judge.log, config.keep_logs / judge.log.name)
+            try:  # never through a link the candidate may have put there (process.read_log)
+                (config.keep_logs / judge.log.name).write_bytes(read_log(judge.log))
+            except OSError:
+                pass
     return verdicts
 
 

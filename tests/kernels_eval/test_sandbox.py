@@ -198,6 +198,21 @@ def test_hostile_eval_is_contained(case, release, tmp_path):
 
 
 @needs_bwrap
+def test_a_log_swapped_for_a_symlink_leaks_nothing(release, tmp_path):
+    secret = Path("/tmp/hotshape-sandbox-log-secret")  # the host path the hostile file links its log to
+    token = os.urandom(16).hex()
+    secret.write_text(token)
+    try:
+        run = _eval("log_symlink", release, tmp_path / "r.parquet")
+    finally:
+        secret.unlink()
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    (p,) = json.loads(run.stdout)["problems"][:1]
+    assert p["stage"] == "compile" and "exited with status 3" in p["error"], p["error"]
+    assert token not in run.stdout and token not in run.stderr
+
+
+@needs_bwrap
 def test_the_network_is_unreachable(release, tmp_path):
     try:
         listener = socket.create_server(("127.0.0.1", 48217))  # the port the hostile file tries first
