@@ -64,8 +64,13 @@ def test_command_binds_only_what_the_worker_needs(tmp_path):
         assert [d for d, flag in bound.items() if flag == "--bind"] == [str(tmp_path)]  # the one writable place
         assert bound[f"{sandbox.PACKAGE_ROOT}/kernels_eval"] == "--ro-bind"
         assert str(REPO) not in bound and "/" not in bound and os.path.expanduser("~") not in bound
-        assert not any(d.startswith(("/tmp", "/dev/shm")) and d != str(tmp_path) and d != str(files[0])
-                       for d in bound)
+        # nothing of the host's /tmp or /dev/shm but the scratch dir, the candidate, and the interpreter and
+        # package trees (a checkout cloned under /tmp has its .venv there)
+        needed = {str(tmp_path), str(files[0])}
+        trees = (sys.prefix, sys.base_prefix, str(sandbox.package_dir()))
+        assert not any(d.startswith(("/tmp", "/dev/shm")) and d not in needed
+                       and not any(d == t or d.startswith(t + "/") or t.startswith(d + "/") for t in trees)
+                       for d, flag in bound.items() if not d.startswith(sandbox.PACKAGE_ROOT))
         for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
                      "--die-with-parent", "--new-session", "--clearenv"):
             assert flag in argv
