@@ -38,14 +38,16 @@ class RecordedRun:
 
 
 def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops=None, problems=None,
-                progress=None, resume: bool = False, on_start=None, devices: list[int] | None = None) -> RecordedRun:
+                progress=None, resume: bool = False, on_start=None, devices: list[int] | None = None,
+                lanes: int = 1) -> RecordedRun:
     """A run of SUBMISSION on RELEASE recorded in results file `out`: --out checked first, each row signed
     with the host key and journalled as it is judged, all merged into `out` at the end. `resume` continues
     the latest cut run of the same submission, release and hardware, skipping problems it judged with the
     same files. A ResultsWriteError names the file when something cannot be written (the journal keeps
     every row judged by then). `progress(row)` hears each row as it is kept; `on_start(n)` how many
     problems the resumed run had judged. `devices` (CUDA indices) shards the operators over those GPUs
-    (runner.evaluate): their rows come to this one journal, signed here, outside every sandbox."""
+    (runner.evaluate): their rows come to this one journal, signed here, outside every sandbox; `lanes` judges
+    that many operators at once per device, timed calls alone on it (harness/gate.py)."""
     from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_identity
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
@@ -82,7 +84,7 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
         return stored
 
     evaluate(submission, release, config=config, ops=ops, problems=problems, sink=record, skip=set(journal.rows),
-             run_id=journal.header["run_id"], devices=devices)
+             run_id=journal.header["run_id"], devices=devices, lanes=lanes)
     rows = list(journal.rows.values())
     try:
         merge_rows(rows, out, skip_present=True)
@@ -104,6 +106,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
     if args.devices is not None and args.device == "cpu":  # before reading anything: a usage error
         print(_CPU_DEVICES, file=sys.stderr)
+        return 2
+    if args.lanes < 1:
+        print(f"hotshape eval: --lanes {args.lanes}: at least 1", file=sys.stderr)
         return 2
     try:
         release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
@@ -155,7 +160,7 @@ def run_eval(args: argparse.Namespace) -> int:
     progress = EvalProgress(chosen) if args.progress or sys.stderr.isatty() else None
     try:
         recorded = evaluate_to(args.out, args.submission, release, config, ops=ops, problems=problems,
-                               progress=progress, resume=args.resume, devices=devices,
+                               progress=progress, resume=args.resume, devices=devices, lanes=args.lanes,
                                on_start=progress.resumed if progress is not None else None)
     except OSError as exc:  # ResultsWriteError and the host key's errors name their file
         print(f"hotshape eval: {exc}", file=sys.stderr)
@@ -355,6 +360,9 @@ def register(subparsers) -> None:
     e.add_argument("--devices", default=None, metavar="0,1,...|all",
                    help="cuda only: shard the operators over these GPUs, longest first, one sandboxed worker per GPU "
                         "at a time; rows go to one results file with their device_index")
+    e.add_argument("--lanes", type=int, default=1,
+                   help="operators judged at once per device, one sandboxed worker each: compiling and checking "
+                        "overlap, timed calls run alone on the device (default 1)")
     e.add_argument("--ops", help="comma-separated operators (default: all in the release)")
     e.add_argument("--problems", help="comma-separated problem ids")
     e.add_argument("--out", required=True, help="results Parquet file (rows are appended as a new run)")

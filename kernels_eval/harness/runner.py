@@ -23,6 +23,7 @@ from pathlib import Path
 from kernels_eval import registry
 from kernels_eval.harness import adoption, channel, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
+from kernels_eval.harness.gate import GpuGate
 from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
@@ -94,8 +95,10 @@ class OperatorJudge:
     """Runs one operator file's problems, respawning the worker whenever a candidate kills it."""
 
     def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path,
-                 worker: WorkerProcess | None = None) -> None:
+                 worker: WorkerProcess | None = None, gate: GpuGate | None = None) -> None:
         self.operator, self.file, self.config, self.workdir = operator, file, config, workdir
+        # the device's gate, shared with the other lanes on it (harness/gate.py); a lone lane has its own
+        self.gate = gate if gate is not None else GpuGate()
         self.spec = registry.spec(operator)
         self.reference = registry.load_reference(operator)
         self.worker: WorkerProcess | None = worker  # a pre-started one (see `start_worker`), or spawned on need
@@ -128,7 +131,9 @@ class OperatorJudge:
                 self._clock("spawn", began)
         began = time.monotonic()
         try:
-            reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
+            # the timed calls run alone on the device; every other command may run beside other lanes' work
+            with self.gate.exclusive() if message["cmd"] == "time" else self.gate.shared():
+                reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
         except WorkerDied:
             self.worker = None
             raise
@@ -219,20 +224,21 @@ class OperatorJudge:
             reply = {"ok": False, "tamper": True, "error": f"TamperError: {tamper}"}
         if not reply.get("ok"):
             return reply, [reply.get("error", "call failed")], 0.0
-        began = time.monotonic()
-        got = self._import(reply.get("outputs"))
-        after = self._import(reply.get("inputs"))
-        self._clock("import", began)
-        began = time.monotonic()
-        before, expected, ties = self._expected(model, input_kwargs, seed)
-        self._clock("reference", began)
-        began = time.monotonic()
-        failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
-        failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
-        del got, after, before, expected, ties
-        if self.config.device == "cuda":
-            torch.cuda.empty_cache()
-        self._clock("compare", began)
+        with self.gate.shared():  # the parent's own GPU work, never inside another lane's timed window
+            began = time.monotonic()
+            got = self._import(reply.get("outputs"))
+            after = self._import(reply.get("inputs"))
+            self._clock("import", began)
+            began = time.monotonic()
+            before, expected, ties = self._expected(model, input_kwargs, seed)
+            self._clock("reference", began)
+            began = time.monotonic()
+            failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
+            failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
+            del got, after, before, expected, ties
+            if self.config.device == "cuda":
+                torch.cuda.empty_cache()
+            self._clock("compare", began)
         return reply, failures, err
 
     def _observe(self, reply: dict) -> str | None:
@@ -265,9 +271,10 @@ class OperatorJudge:
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
                 began = time.monotonic()
-                model = self.reference.Model(**init_kwargs)
-                if gpu:
-                    model = model.to("cuda")
+                with self.gate.shared():
+                    model = self.reference.Model(**init_kwargs)
+                    if gpu:
+                        model = model.to("cuda")
                 self._clock("reference_model", began)
                 reply = self._init(init_kwargs)
                 if not reply.get("ok"):
@@ -356,7 +363,8 @@ class OperatorJudge:
                                                  f"after a call had returned ({', '.join(deferred)})")
             if not windowed["native"]:
                 return self._fail(v, "adoption", f"timed calls: {windowed['reason']}")
-            wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
+            with self.gate.shared():
+                wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
         except WorkerDied as exc:
             return self._fail(v, "performance", str(exc))
         if wrong:
@@ -375,7 +383,8 @@ class OperatorJudge:
                  t_event_s=q_event["median"], sm_clock_mhz=timed.get("sm_clock_mhz"),
                  timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"))
         if self.config.time_reference:
-            v["t_reference_s"] = self._reference_time(model, input_kwargs)
+            with self.gate.exclusive():
+                v["t_reference_s"] = self._reference_time(model, input_kwargs)
         v["stage"] = "done"
         return v
 
@@ -472,12 +481,16 @@ def release_identity(release: ReleaseView) -> dict:
 
 def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, config: EvalConfig,
              ops: list[str] | None = None, problems: list[str] | None = None, progress=None, sink=None,
-             skip=(), run_id: str | None = None, devices: list[int] | None = None) -> list[dict]:
+             skip=(), run_id: str | None = None, devices: list[int] | None = None, lanes: int = 1) -> list[dict]:
     """Result rows (results_schema.RESULTS columns) of a submission on a release's problems. Each row goes to
     `sink(row)` (which returns the row as stored) as soon as its problem is judged, so a cut run keeps it;
     problems in `skip` (judged before, in the run being resumed) are not run. With `devices` (CUDA indices)
     the operators are sharded over them longest-first (harness/shard.py): one thread per device judges its
-    operators there, one worker at a time shown only that device; rows reach `sink` one at a time."""
+    operators there, one worker at a time shown only that device; rows reach `sink` one at a time. With
+    `lanes` > 1 each device judges that many operators at once, one worker each, their GPU work through the
+    device's gate (harness/gate.py): compiling and checking overlap, timed calls run alone on the device."""
+    if lanes < 1:
+        raise ValueError(f"lanes must be at least 1, not {lanes}")
     if not isinstance(release, ReleaseView):
         release = read_release_view(release)
     submission = Path(submission)
@@ -514,28 +527,33 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     by_op: dict[str, list[Problem]] = {}
     for p in chosen:
         by_op.setdefault(p.operator, []).append(p)
-    if devices:
+    targets = [replace(config, device_index=d) for d in devices] if devices else [config]
+    if lanes > 1 and config.device == "cuda":  # the device's memory is split between its lanes' workers
+        targets = [replace(t, gpu_memory_fraction=t.gpu_memory_fraction / lanes) for t in targets]
+    gates = [GpuGate() for _ in targets]
+    if len(targets) * lanes > 1:
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 
         costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
-        shards = [(replace(config, device_index=d), shard)
-                  for d, shard in zip(devices, lpt_plan(costs, len(devices))) if shard]
+        plan = lpt_plan(costs, len(targets) * lanes)  # bin i runs on target i % len(targets)
+        shards = [(targets[i % len(targets)], gates[i % len(targets)], shard)
+                  for i, shard in enumerate(plan) if shard]
     else:
-        shards = [(config, list(by_op))]
+        shards = [(config, gates[0], list(by_op))]
     workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
     try:
         if len(shards) == 1:
-            _run_shard(shards[0][1], by_op, files, shards[0][0], workdir, emit)
+            _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1])
         else:
-            threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit),
-                                        name=f"eval-device-{cfg.device_index}", daemon=True)
-                       for cfg, shard in shards]
+            threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane),
+                                        name=f"eval-device-{cfg.device_index}-lane-{lane}", daemon=True)
+                       for lane, (cfg, gate, shard) in enumerate(shards)]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
         # a device thread that died outright left problems unjudged: each still gets its one row
-        for cfg, shard in shards:
+        for cfg, _, shard in shards:
             for op in shard:
                 for p in by_op[op]:
                     emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
@@ -553,9 +571,10 @@ def _row_device(config: EvalConfig) -> int | None:
 
 
 def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,
-               emit) -> None:
-    """Judge the operators of one device in order, each problem's row to `emit` as it is judged. An error of
-    the device (it cannot be selected, an operator's judging raises) fails only the problems it left unjudged."""
+               emit, gate: GpuGate, lane: int | None = None) -> None:
+    """Judge the operators of one lane of a device in order, each problem's row to `emit` as it is judged. An
+    error of the device (it cannot be selected, an operator's judging raises) fails only the problems it left
+    unjudged."""
     index = _row_device(config)
     try:
         if config.device == "cuda" and config.device_index is not None:
@@ -568,7 +587,7 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
             for p in by_op[op]:
                 emit(p, failed, index)
         return
-    sub = workdir / f"device-{index}" if config.device_index is not None else workdir
+    sub = workdir / f"lane-{lane}" if lane is not None else workdir
     sub.mkdir(parents=True, exist_ok=True)
     spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
     # Each operator's worker is started while the previous operator is judged: importing torch takes
@@ -601,7 +620,7 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                             for p in plist}
             else:
                 try:
-                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None))
+                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None), gate)
                 except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
                     error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
                     verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}
@@ -642,13 +661,13 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
-                    progress, worker: WorkerProcess | None = None) -> dict[str, dict]:
+                    progress, worker: WorkerProcess | None = None, gate: GpuGate | None = None) -> dict[str, dict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
     running out of memory) fails only that problem, with the error named; so does a candidate error that kills
     the worker's CUDA context (an illegal address, say): the next problem starts a fresh worker (seen on H200:
     one faulting problem failed the operator's 20 others in under a millisecond each)."""
-    judge = OperatorJudge(op, file, config, workdir, worker)
+    judge = OperatorJudge(op, file, config, workdir, worker, gate)
     if config.device == "cpu":
         groups = [(plist, [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke])]
     else:
@@ -668,7 +687,7 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
                 _free_device_memory(config.device)
             if fresh:
                 judge.close()
-                judge = OperatorJudge(op, file, config, workdir)
+                judge = OperatorJudge(op, file, config, workdir, gate=gate)
             verdict["eval_s"] = time.monotonic() - t0
             for p in problems:
                 verdicts[p.problem_id] = verdict

@@ -1,0 +1,190 @@
+"""`hotshape eval --lanes`: several operators judged at once on one device, their GPU work through the device's
+gate (harness/gate.py) so that timed calls run alone. The gate with real threads; the runner's use of it with
+workers that record when each command runs; a lanes run on CPU with real interpreter workers."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernels_eval.harness import runner
+from kernels_eval.harness.gate import GpuGate
+from kernels_eval.harness.release_view import ReleaseView
+
+HONEST = Path(__file__).resolve().parents[1] / "adversarial" / "honest"
+
+
+def _view(problems: dict[str, int]) -> ReleaseView:
+    rows = [{"problem_id": f"{op}-{i}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}
+            for op, n in problems.items() for i in range(n)]
+    return ReleaseView(path=Path("/nonexistent"), name="tiny", problems=rows, roofline_rows=[])
+
+
+def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_exclusive_waits_for_shared_holders_and_shuts_out_new_ones():
+    gate, log = GpuGate(), []
+    reader_in, writer_waiting = threading.Event(), threading.Event()
+
+    def reader(name: str, hold_s: float, after: threading.Event | None = None) -> None:
+        if after is not None:
+            after.wait()
+            time.sleep(0.05)  # the writer is queued by now
+        with gate.shared():
+            t0 = time.monotonic()
+            reader_in.set()
+            time.sleep(hold_s)
+            log.append((name, t0, time.monotonic()))
+
+    def writer() -> None:
+        reader_in.wait()
+        writer_waiting.set()
+        with gate.exclusive():
+            t0 = time.monotonic()
+            time.sleep(0.1)
+            log.append(("timer", t0, time.monotonic()))
+
+    threads = [threading.Thread(target=reader, args=("first", 0.3)), threading.Thread(target=writer),
+               threading.Thread(target=reader, args=("late", 0.01, writer_waiting))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    spans = {name: (a, b) for name, a, b in log}
+    assert set(spans) == {"first", "late", "timer"}
+    assert not _overlaps(spans["timer"], spans["first"]) and not _overlaps(spans["timer"], spans["late"])
+    assert spans["first"][1] <= spans["timer"][0]  # the timer waited for the holder
+    assert spans["timer"][1] <= spans["late"][0]  # a reader that came while the timer waited went after it
+    assert gate.waited_s >= 0.2 and 0.09 <= gate.exclusive_s < 1.0
+
+
+def test_shared_is_reentrant_per_thread_and_exclusive_inside_it_is_refused():
+    gate = GpuGate()
+    done = threading.Event()
+    with gate.shared():
+        waiter = threading.Thread(target=lambda: (gate.exclusive().__enter__(), done.set()), daemon=True)
+        waiter.start()
+        time.sleep(0.05)
+        with gate.shared():  # nested in this thread's hold while a timer waits: no deadlock
+            pass
+        with pytest.raises(RuntimeError, match="held shared"):
+            with gate.exclusive():
+                pass
+        assert not done.is_set()
+    assert done.wait(5)
+
+
+class RecordingWorker:
+    """A worker that is always ready and records, per command, the thread and when it ran (replies as a failed
+    call, which the judge treats as any worker's reply)."""
+
+    ready = True
+
+    def __init__(self, log: list, lock: threading.Lock) -> None:
+        self.log, self.lock = log, lock
+
+    def request(self, message: dict, timeout_s: float) -> dict:
+        t0 = time.monotonic()
+        time.sleep(0.03 if message["cmd"] == "time" else 0.02)
+        with self.lock:
+            self.log.append((message["cmd"], threading.current_thread().name, t0, time.monotonic()))
+        return {"ok": False, "error": "recorded"}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_judges_timed_calls_never_overlap_another_lanes_commands(tmp_path):
+    gate, log, lock = GpuGate(), [], threading.Lock()
+    config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
+
+    def lane(op: str) -> None:
+        judge = runner.OperatorJudge(op, HONEST / f"{op}.py", config, tmp_path, RecordingWorker(log, lock), gate)
+        try:
+            for k in range(12):
+                judge._request({"cmd": "time" if k % 3 == 2 else "call"})
+        finally:
+            judge.close()
+
+    threads = [threading.Thread(target=lane, args=(op,), name=op) for op in ("rms_norm", "silu_and_mul", "rms_norm")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    timed = [e for e in log if e[0] == "time"]
+    assert len(log) == 36 and len(timed) == 12
+    for cmd, name, a, b in timed:
+        others = [e for e in log if e[2:] != (a, b) and _overlaps((a, b), e[2:])]
+        assert not others, f"{name}'s timing overlapped {others}"
+    calls = [e for e in log if e[0] == "call"]
+    # and the checks of different lanes did run side by side
+    assert any(_overlaps(x[2:], y[2:]) for i, x in enumerate(calls) for y in calls[i + 1:] if x[1] != y[1])
+
+
+def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_path):
+    seen: dict[str, tuple[float, str, int]] = {}
+    gates: dict[str, int] = {}
+
+    def judge(op, file, plist, config, workdir, progress, worker=None, gate=None):
+        seen[op] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index)
+        gates[op] = id(gate)
+        return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
+
+    monkeypatch.setattr(runner, "_judge_operator", judge)
+    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    ops = ("rms_norm", "silu_and_mul", "layer_norm", "l2_norm", "gemm", "embedding")
+    for op in ops:
+        (sub / f"{op}.py").write_text("class Model: pass\n")
+    view = _view({op: 2 for op in ops})
+    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
+    rows = runner.evaluate(sub, view, config=config, lanes=3)
+    assert len(rows) == 12 and all(r["stage"] == "done" for r in rows)
+    assert [f for f, _, _ in seen.values()] == [pytest.approx(config.gpu_memory_fraction / 3)] * len(ops)
+    assert len({name for _, name, _ in seen.values()}) == 3 and len(set(gates.values())) == 1  # one device, one gate
+    seen.clear()
+    gates.clear()
+    runner.evaluate(sub, view, config=config, lanes=2, devices=[0, 1])  # two devices, two lanes each
+    assert len({name for _, name, _ in seen.values()}) == 4
+    by_device: dict[int, set] = {}
+    for op, (_, _, index) in seen.items():
+        by_device.setdefault(index, set()).add(gates[op])
+    assert set(by_device) == {0, 1} and all(len(g) == 1 for g in by_device.values())
+    assert by_device[0] != by_device[1]
+    with pytest.raises(ValueError, match="lanes"):
+        runner.evaluate(sub, view, config=config, lanes=0)
+
+
+def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for op in ("rms_norm", "silu_and_mul"):
+        shutil.copy(HONEST / f"{op}.py", sub / f"{op}.py")
+    view = _view({"rms_norm": 2, "silu_and_mul": 2})
+    config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False, sets=1)
+    one = runner.evaluate(sub, view, config=config)
+    spans: dict[str, tuple[float, float]] = {}
+    real = runner._judge_operator
+
+    def timed_judge(op, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return real(op, *args, **kwargs)
+        finally:
+            spans[op] = (t0, time.monotonic())
+
+    monkeypatch.setattr(runner, "_judge_operator", timed_judge)
+    two = runner.evaluate(sub, view, config=config, lanes=2)
+    verdict = lambda rows: {r["problem_id"]: (r["stage"], r["correct"], r["native"]) for r in rows}  # noqa: E731
+    assert verdict(two) == verdict(one) == {pid: ("done", True, True) for pid in verdict(one)}
+    assert _overlaps(spans["rms_norm"], spans["silu_and_mul"])  # judged at the same time
