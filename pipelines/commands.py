@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
 DAGSTER_HOME = ".dagster_home"
@@ -52,18 +53,22 @@ def _checks(result, suffix: str = "") -> dict[str, bool]:
 class _Graph:
     """Runs of the named jobs on one instance and store, as the sensors and schedules would launch them."""
 
-    def __init__(self, store, instance, on_run=None):
+    def __init__(self, store, instance, on_run=None, on_event=None):
         from pipelines.definitions import definitions_for
 
-        self.store, self.instance, self.defs, self.on_run = store, instance, definitions_for(store), on_run
+        self.store, self.instance, self.defs = store, instance, definitions_for(store)
+        self.on_run, self.on_event = on_run, on_event
 
     def run(self, selection: list[str], partition_key: str | None = None):
         from kernels_eval.harness.shard import host_gpus
 
         config = run_config(selection, self.store.device, host_gpus() if self.store.device == "cuda" else 0)
         job = self.defs.resolve_job_def(JOB_OF[tuple(selection)])
+        run_id = str(uuid.uuid4())  # known before the run starts, so its events reach on_event as they are stored
+        if self.on_event is not None:
+            self.instance.add_event_listener(run_id, self.on_event)
         result = job.execute_in_process(run_config=config, instance=self.instance, partition_key=partition_key,
-                                        raise_on_error=False)
+                                        raise_on_error=False, run_id=run_id)
         if self.on_run is not None:
             self.on_run(result, partition_key)
         return result
@@ -125,14 +130,15 @@ def progress_line(result, partition_key: str | None) -> str:
     return f"{'materialised' if result.success else 'failed'}{where}: {', '.join(assets) or 'nothing'}"
 
 
-def materialize_all(store, instance, on_run=None) -> dict:
+def materialize_all(store, instance, on_run=None, on_event=None) -> dict:
     """Ingest new traces (one partition each), refresh weights → release → drift, evaluate new
     submissions and score every submission under the latest weights.
 
     As the sensors and schedules would: the refresh runs when something new was ingested or no
     release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
+    `on_run` gets each run's result as it ends, `on_event` each event of a run as the instance stores it.
     """
-    graph = _Graph(store, instance, on_run)
+    graph = _Graph(store, instance, on_run, on_event)
     summary: dict = {"traces": [], "checks": {}, "refreshed": False}
     if _ingest(graph, summary) or not (store.release_dir / "release.json").is_file():
         r = graph.run(REFRESH)
@@ -156,6 +162,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from kernels_eval.harness.sandbox import check_bwrap
+    from pipelines.progress import AssetProgress
     from pipelines.resources import HotshapeStore
 
     problem = check_bwrap()  # the evaluation step runs candidates in bubblewrap: say so before the first asset
@@ -166,11 +173,15 @@ def run_pipeline(args: argparse.Namespace) -> int:
                           device=args.device)
     home = dagster_home(args.dagster_home)
     instance = dg.DagsterInstance.from_config(str(home))
-    # each run's assets on stderr as it ends (a terminal, or --progress), so a long refresh is not silent
+    # on stderr (a terminal, or --progress), so a long refresh is not silent: each asset as it materialises
+    # (from the run's event stream), then each run's line as it ends
     show = args.progress or sys.stderr.isatty()
-    on_run = (lambda result, key: print(progress_line(result, key), file=sys.stderr, flush=True)) if show else None
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    on_run = (lambda result, key: say(progress_line(result, key))) if show else None
     try:
-        summary = materialize_all(store, instance, on_run)
+        summary = materialize_all(store, instance, on_run, AssetProgress(say) if show else None)
     finally:
         instance.dispose()
     summary["dagster_home"] = str(home)
@@ -209,6 +220,7 @@ def register(subparsers) -> None:
                    help="evaluation device (default cpu: Triton interpreter on smoke shapes, no timing)")
     p.add_argument("--dagster-home", help=f"Dagster instance directory (default: $DAGSTER_HOME or ./{DAGSTER_HOME})")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    p.add_argument("--progress", action="store_true", help="name each run's assets on stderr as it ends, even when "
+    p.add_argument("--progress", action="store_true", help="name each asset on stderr as it materialises (seconds, "
+                                                            "rows, problems) and each run as it ends, even when "
                                                             "stderr is not a terminal")
     p.set_defaults(func=run_pipeline)

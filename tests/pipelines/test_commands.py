@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
+import sys
 
 import dagster as dg
 import pytest
@@ -34,14 +36,35 @@ def project(tmp_path, monkeypatch):
 ARGS = ["run-pipeline", "--traces", "traces", "--fleet", "fleet.yaml", "--out", "out", "--submissions", "submissions"]
 
 
-def test_run_pipeline_materializes_everything_and_says_where_it_is(project, capsys):
+def test_run_pipeline_materializes_everything_and_says_where_it_is(project, monkeypatch, capsys):
+    # stdout and stderr into one stream, to see what reaches the terminal in the order it does
+    terminal, captured = io.StringIO(), (sys.stdout, sys.stderr)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setattr(sys, "stderr", terminal)
     assert main(ARGS + ["--json", "--progress"]) == 0
-    captured = capsys.readouterr()
-    summary = json.loads(captured.out)  # progress goes to stderr, one line per run as it ends
-    assert captured.err.splitlines() == [
-        "materialised [llama3-8b-compiled/eager.json.gz]: kernel_events, op_shape_time",
-        "materialised: fleet_weights, release_bundle, weight_drift",
-        "materialised [honest]: evaluation_results, scores"]
+    lines = terminal.getvalue().splitlines()
+    end = lines.index("{")  # the summary, printed once everything has run
+    summary = json.loads("\n".join(lines[end:]))
+    # each asset on stderr as it materialises (from Dagster's event stream), then its run's line, then the summary
+    trace = re.escape("[llama3-8b-compiled/eager.json.gz]")
+    expected = [
+        rf"kernel_events {trace} \d+\.\d s: [1-9][\d,]* rows, parsed",
+        rf"op_shape_time {trace} \d+\.\d s: [1-9][\d,]* rows, [1-9]\d* operators",
+        rf"materialised {trace}: kernel_events, op_shape_time",
+        r"fleet_weights \d+\.\d s: [1-9][\d,]* rows, [1-9]\d* problems, [1-9]\d* operators, "
+        r"coverage \d+\.\d% of the fleet",
+        r"release_bundle \d+\.\d s: [1-9][\d,]* rows, [1-9]\d* problems, [1-9]\d* operators, weights v1, "
+        r"coverage \d+\.\d% of the fleet",
+        r"weight_drift \d+\.\d s: weights v1, against nothing \(first version\)",
+        r"materialised: fleet_weights, release_bundle, weight_drift",
+        r"evaluation_results \[honest\] \d+\.\d s: [1-9]\d* rows, correct \d+%",
+        r"scores \[honest\] \d+\.\d s: [1-9]\d* problems, weights v1, [1-9]\d* evaluated",
+        r"materialised \[honest\]: evaluation_results, scores"]
+    assert len(lines[:end]) == len(expected), lines[:end]
+    for line, pattern in zip(lines[:end], expected):
+        assert re.fullmatch(pattern, line), (line, pattern, lines[:end])
+    # the seconds are each step's own: the evaluation (a worker process per operator file) is no instant
+    assert float(re.search(r" (\d+\.\d) s", lines[7])[1]) > 0.5
     assert summary["release"] == "out/releases/hotshape" and summary["weights_version"] == 1
     assert (project / summary["release"] / "release.json").is_file()
     scores = summary["scores"]["honest"]
@@ -65,6 +88,7 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, caps
         instance.dispose()
 
     # The human-readable form on a second run: nothing new, and it still says where things are.
+    sys.stdout, sys.stderr = captured
     assert main(ARGS) == 0
     out = capsys.readouterr().out
     assert "already ingested  llama3-8b-compiled/eager.json.gz" in out
@@ -74,6 +98,11 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, caps
 
 
 def test_run_pipeline_fails_clearly_without_traces(project, capsys):
-    assert main(["run-pipeline", "--traces", "nowhere", "--fleet", "fleet.yaml", "--out", "out", "--json"]) == 1
-    summary = json.loads(capsys.readouterr().out)
+    assert main(["run-pipeline", "--traces", "nowhere", "--fleet", "fleet.yaml", "--out", "out", "--json",
+                 "--progress"]) == 1
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
     assert summary["traces"] == [] and "release" not in summary and "error" in summary
+    # the failed step as it fails, with the asset's own exception rather than Dagster's wrapper
+    assert re.search(r"^failed fleet_weights \d+\.\d s: weighting\.fleet\.FleetError: fleet\.yaml: .* matches nothing",
+                     captured.err, re.M), captured.err
