@@ -65,6 +65,7 @@ class WorkerProcess:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
             if triton_cache is not None:
                 env["TRITON_CACHE_DIR"] = str(triton_cache)
+                env[sandbox.AUTOTUNE_CACHE_ENV] = "1"
             if device == "cpu":
                 env["TRITON_INTERPRET"] = "1"
             else:

@@ -528,39 +528,80 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     for p in chosen:
         by_op.setdefault(p.operator, []).append(p)
     targets = [replace(config, device_index=d) for d in devices] if devices else [config]
-    if lanes > 1 and config.device == "cuda":  # the device's memory is split between its lanes' workers
-        targets = [replace(t, gpu_memory_fraction=t.gpu_memory_fraction / lanes) for t in targets]
+    # Problems too large to share the device run after the others, one lane per device, with its whole share
+    alone = _too_large_for_lanes(release, chosen) if lanes > 1 and config.device == "cuda" else set()
+    workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
+    try:
+        for phase, phase_lanes, keep in (("lanes", lanes, False), ("alone", 1, True)):
+            subset = {op: [p for p in plist if (p.problem_id in alone) == keep] for op, plist in by_op.items()}
+            subset = {op: plist for op, plist in subset.items() if plist}
+            if subset:
+                _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+# A problem whose inputs and outputs exceed this is judged alone on its device (after the lanes' problems): its
+# timing rotates input sets of up to 2 GiB, and the parent holds its references beside it.
+LANE_MAX_BYTES = 2 << 30
+# Of the device's memory, the lanes' workers together may hold this share (the parent's references need the rest).
+LANES_MEMORY_SHARE = 0.8
+
+
+def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str]:
+    """Problem ids whose interface bytes (the release's roofline rows, else the catalogue's work model) exceed
+    LANE_MAX_BYTES; a problem whose size is unknown stays in the lanes."""
+    sizes: dict[str, int] = {}
+    for r in release.roofline_rows:
+        sizes[r["problem_id"]] = max(sizes.get(r["problem_id"], 0), int(r["bytes_read"]) + int(r["bytes_written"]))
+    alone = set()
+    for p in chosen:
+        size = sizes.get(p.problem_id)
+        if size is None:
+            try:
+                w = registry.work(p.operator, p.init_kwargs, p.input_kwargs)
+                size = int(w["bytes_read"]) + int(w["bytes_written"])
+            except Exception:  # noqa: BLE001 - a shape the work model cannot size: judged in a lane
+                continue
+        if size > LANE_MAX_BYTES:
+            alone.add(p.problem_id)
+    return alone
+
+
+def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes: int, files: dict, workdir: Path,
+               emit) -> None:
+    """Judge `by_op` on `targets` (one config per device) with `lanes` operators at once per device: operators
+    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane, one gate per device."""
+    if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
+        targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes))
+                   for t in targets]
     gates = [GpuGate() for _ in targets]
     if len(targets) * lanes > 1:
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 
         costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
         plan = lpt_plan(costs, len(targets) * lanes)  # bin i runs on target i % len(targets)
-        shards = [(targets[i % len(targets)], gates[i % len(targets)], shard)
-                  for i, shard in enumerate(plan) if shard]
+        shards = [(targets[i % len(targets)], gates[i % len(targets)], shard) for i, shard in enumerate(plan) if shard]
     else:
-        shards = [(config, gates[0], list(by_op))]
-    workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
-    try:
-        if len(shards) == 1:
-            _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1])
-        else:
-            threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane),
-                                        name=f"eval-device-{cfg.device_index}-lane-{lane}", daemon=True)
-                       for lane, (cfg, gate, shard) in enumerate(shards)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        # a device thread that died outright left problems unjudged: each still gets its one row
-        for cfg, _, shard in shards:
-            for op in shard:
-                for p in by_op[op]:
-                    emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
-                                                          "evaluation stopped"}, _row_device(cfg))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return rows
+        shards = [(targets[0], gates[0], list(by_op))]
+    workdir.mkdir(parents=True, exist_ok=True)
+    if len(shards) == 1:
+        _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1])
+    else:
+        threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane),
+                                    name=f"eval-device-{cfg.device_index}-lane-{lane}", daemon=True)
+                   for lane, (cfg, gate, shard) in enumerate(shards)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    # a lane thread that died outright left problems unjudged: each still gets its one row
+    for cfg, _, shard in shards:
+        for op in shard:
+            for p in by_op[op]:
+                emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
+                                                      "evaluation stopped"}, _row_device(cfg))
 
 
 def _row_device(config: EvalConfig) -> int | None:

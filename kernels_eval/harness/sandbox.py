@@ -28,6 +28,9 @@ TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks
 EXACT_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
                        "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "PYTORCH_CUDA_ALLOC_CONF",
                        "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER", "PYTHONHASHSEED"})
+# With a persistent per-file cache, Triton keeps the file's autotuning results there too: a later run of the same
+# file loads its configurations instead of benchmarking them again (and times the same ones).
+AUTOTUNE_CACHE_ENV = "TRITON_CACHE_AUTOTUNING"
 PREFIX_ENV = ("LC_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "CUBLAS_", "CUDNN_", "NCCL_")
 SECRET_ENV = re.compile(r"^(HOTSHAPE_|AWS_|GOOGLE_|AZURE_)|KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE",
                         re.IGNORECASE)
@@ -190,6 +193,8 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     for f in sorted({os.path.abspath(f) for f in files}):
         args += ["--ro-bind", f, f]  # at its own path: the worker imports it by the path the parent sends
     env = sandbox_env(device, triton_cache, environ, visible)
+    if file_cache is not None:
+        env[AUTOTUNE_CACHE_ENV] = "1"
     args += ["--chdir", "/tmp", "--clearenv"]
     for k, v in sorted(env.items()):
         args += ["--setenv", k, v]

@@ -163,6 +163,8 @@ class Worker:
         # buffer object failed" in the parent): a sandboxed worker hands CUDA tensors over as host copies
         self.cuda_ipc = bool(msg.get("cuda_ipc", True))
         self.outputs = tuple(msg["outputs"])
+        took: dict[str, float] = {}
+        began = time.perf_counter()
         if self.module is None:
             from kernels_eval.registry import load_reference
 
@@ -177,11 +179,15 @@ class Worker:
                 patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
+            took["init_setup"] = time.perf_counter() - began
+            began = time.perf_counter()
             if self.device == "cuda":
                 try:  # not from the cache the candidate can write; a failure here leaves them to the first timing
                     kernels_eval.harness.markers.compile_privately()
                 except Exception:  # noqa: BLE001 - the markers then compile at their first launch, as before
                     pass
+            took["init_markers"] = time.perf_counter() - began
+            began = time.perf_counter()
             self.observer = observe.Observer(msg["file"], self.channel)
             self.observer.install()
             self.audit_class = observe.audit_mode_class(POISON_OPS, ALLOWED_ATEN_OPS)
@@ -200,11 +206,14 @@ class Worker:
             spec.loader.exec_module(module)
             self.module = module
             self._check_tamper("importing the submission")
+            took["init_import"] = time.perf_counter() - began
+            began = time.perf_counter()
         self.model = self.module.Model(**msg["init_kwargs"])
         if isinstance(self.model, torch.nn.Module):
             self.model = self.model.to(self.device)
         self._check_tamper("building Model")
-        return {"ok": True, "jit_functions": sorted(_jit_functions(self.module))}
+        took["init_model"] = time.perf_counter() - began
+        return {"ok": True, "jit_functions": sorted(_jit_functions(self.module)), "took_s": took}
 
     def call(self, msg: dict) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
@@ -315,6 +324,7 @@ class Worker:
         from kernels_eval.harness import markers as marker_kernels
         from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
 
+        setup0 = time.perf_counter()
         self.kept, self.inputs = [], None
         torch.cuda.ipc_collect()
         counter = [int(msg["seed"])]
@@ -364,6 +374,7 @@ class Worker:
         self.log.take()
         filled = fill_free_blocks(torch)
         host0 = time.perf_counter()
+        took = {"time_setup": host0 - setup0}
         self.log.active = True
         try:
             with torch.no_grad(), gpu_profiler() as prof:
@@ -378,15 +389,20 @@ class Worker:
         self._check_tamper("timing")
         own = os.path.realpath(marker_kernels.FILE)
         launches = [x for x in self.log.take() if x.get("file") != own]
+        took["time_calls"] = time.perf_counter() - host0  # the profiler's stop included
+        began = time.perf_counter()
         records = kineto_records(prof)
+        took["time_records"] = time.perf_counter() - began
+        began = time.perf_counter()
         exported = [{"seed": s["seed"], "call": s["call"],
                      "outputs": {k: self._export(t, f"sample{j}_{k}") for k, t in s["outputs"].items()}}
                     for j, s in enumerate(samples)]
         self.kept = [t for s in samples for t in s["outputs"].values()]
         del sets[:], markers
+        took["time_export"] = time.perf_counter() - began
         return {"ok": True, "times_s": list(times), "marked": times.marked, "host_s": host_s, "sets": n_sets,
                 "sm_clock_mhz": clock, "records": records, "launches": launches, "samples": exported,
-                "samples_skipped": skipped[0] if skipped else None, "filled_bytes": filled}
+                "samples_skipped": skipped[0] if skipped else None, "filled_bytes": filled, "took_s": took}
 
     # ---- helpers ---------------------------------------------------------------------------------------
 

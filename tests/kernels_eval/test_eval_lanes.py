@@ -127,16 +127,22 @@ def test_a_judges_timed_calls_never_overlap_another_lanes_commands(tmp_path):
     assert any(_overlaps(x[2:], y[2:]) for i, x in enumerate(calls) for y in calls[i + 1:] if x[1] != y[1])
 
 
-def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_path):
-    seen: dict[str, tuple[float, str, int]] = {}
-    gates: dict[str, int] = {}
-
+def _recording_judge(seen: dict, gates: dict, order: list):
     def judge(op, file, plist, config, workdir, progress, worker=None, gate=None):
-        seen[op] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index)
-        gates[op] = id(gate)
+        for p in plist:
+            seen[p.problem_id] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index,
+                                  Path(workdir).parent.name if Path(workdir).name.startswith("lane-")
+                                  else Path(workdir).name)
+            gates[p.problem_id] = id(gate)
+            order.append(p.problem_id)
+        time.sleep(0.01)
         return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
+    return judge
 
-    monkeypatch.setattr(runner, "_judge_operator", judge)
+
+def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_path):
+    seen, gates, order = {}, {}, []
+    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, gates, order))
     monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     import torch
 
@@ -147,22 +153,50 @@ def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_p
     for op in ops:
         (sub / f"{op}.py").write_text("class Model: pass\n")
     view = _view({op: 2 for op in ops})
-    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
-    rows = runner.evaluate(sub, view, config=config, lanes=3)
+    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, gpu_memory_fraction=0.45)
+    rows = runner.evaluate(sub, view, config=config, lanes=4)
     assert len(rows) == 12 and all(r["stage"] == "done" for r in rows)
-    assert [f for f, _, _ in seen.values()] == [pytest.approx(config.gpu_memory_fraction / 3)] * len(ops)
-    assert len({name for _, name, _ in seen.values()}) == 3 and len(set(gates.values())) == 1  # one device, one gate
+    assert [v[0] for v in seen.values()] == [pytest.approx(0.2)] * 12  # four workers share 80% of the device
+    assert len({v[1] for v in seen.values()}) == 4 and len(set(gates.values())) == 1  # one device, one gate
     seen.clear()
     gates.clear()
     runner.evaluate(sub, view, config=config, lanes=2, devices=[0, 1])  # two devices, two lanes each
-    assert len({name for _, name, _ in seen.values()}) == 4
+    assert len({v[1] for v in seen.values()}) == 4 and {v[0] for v in seen.values()} == {0.4}
     by_device: dict[int, set] = {}
-    for op, (_, _, index) in seen.items():
-        by_device.setdefault(index, set()).add(gates[op])
+    for pid, v in seen.items():
+        by_device.setdefault(v[2], set()).add(gates[pid])
     assert set(by_device) == {0, 1} and all(len(g) == 1 for g in by_device.values())
     assert by_device[0] != by_device[1]
     with pytest.raises(ValueError, match="lanes"):
         runner.evaluate(sub, view, config=config, lanes=0)
+
+
+def test_problems_too_large_to_share_the_device_are_judged_alone_after_the_lanes(monkeypatch, tmp_path):
+    seen, gates, order = {}, {}, []
+    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, gates, order))
+    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for op in ("rms_norm", "gemm", "silu_and_mul"):
+        (sub / f"{op}.py").write_text("class Model: pass\n")
+    view = _view({"rms_norm": 2, "gemm": 3, "silu_and_mul": 2})
+    gib = 1 << 30
+    view.roofline_rows = [  # interface bytes of some problems (the rest: sized by the work model, or unknown)
+        {"problem_id": "gemm-0", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": 3 * gib, "bytes_written": 0},
+        {"problem_id": "gemm-1", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": gib, "bytes_written": gib},
+        {"problem_id": "rms_norm-1", "hardware": "B200", "t_roofline_s": 1e-3, "bytes_read": gib,
+         "bytes_written": 2 * gib}]
+    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, gpu_memory_fraction=0.45)
+    rows = runner.evaluate(sub, view, config=config, lanes=3)
+    assert len(rows) == 7 and all(r["stage"] == "done" for r in rows)
+    alone = {"gemm-0", "rms_norm-1"}  # over 2 GiB; gemm-1 is exactly 2 GiB
+    assert {pid for pid, v in seen.items() if v[3] == "alone"} == alone
+    assert set(order[-2:]) == alone  # after every lane's problem
+    assert all(seen[pid][0] == 0.45 for pid in alone)  # with the device's whole share
+    assert [seen[pid][0] for pid in sorted(set(seen) - alone)] == [pytest.approx(0.8 / 3)] * 5
+    seen.clear()
+    runner.evaluate(sub, view, config=config)  # one lane: nothing is set apart
+    assert {v[3] for v in seen.values()} != {"alone"} and all(v[0] == 0.45 for v in seen.values())
 
 
 def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tmp_path):

@@ -35,6 +35,10 @@ def test_only_the_files_own_cache_is_bound_writable(tmp_path):
     assert writable == [(str(scratch), str(scratch)), (str(cache), env["TRITON_CACHE_DIR"])]
     assert env["TRITON_CACHE_DIR"] == str(scratch / "triton-cache")
     assert str(tmp_path / "root") not in _bound(argv) and str(cache.parent) not in _bound(argv)
+    # the file's autotuning results are kept in its cache; a cold run (no persistent cache) keeps none
+    assert env["TRITON_CACHE_AUTOTUNING"] == "1" and "--setenv" in argv
+    _, cold = sandbox.bwrap_command("bwrap", ["python"], device="cpu", scratch=scratch, environ={})
+    assert "TRITON_CACHE_AUTOTUNING" not in cold
 
 
 def test_prune_drops_a_cache_over_its_limit(tmp_path):
