@@ -214,8 +214,8 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
     return doc
 
 
-def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> None:
-    """Seconds per evaluator step, per operator and in all: where a run's GPU time went."""
+def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> dict[str, float]:
+    """Seconds per evaluator step, per operator and in all (returned): where a run's GPU time went."""
     totals: dict[str, float] = {}
     for op, spent in sorted(steps.items()):
         n = sum(r["operator"] == op for r in rows)
@@ -223,17 +223,21 @@ def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> No
         for k, v in spent.items():
             totals[k] = totals.get(k, 0.0) + v
     log("    all steps (s): " + " ".join(f"{k}={v:.1f}" for k, v in sorted(totals.items())))
+    return {k: round(v, 1) for k, v in sorted(totals.items())}
 
 
 def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
-                 device: str = "cuda") -> dict:
+                 device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "") -> dict:
     """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
     the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
-    (score it with `hotshape score`)."""
+    (score it with `hotshape score`). `lanes` operators at once (`eval --lanes`); `triton_cache`: the root of
+    the per-file compile caches a later run reuses (None: each worker compiles afresh); `label` suffixes the
+    file names (a cold and a warm run side by side). OUT/triton_reference{label}_summary.json: wall seconds,
+    stages, and the seconds of every evaluator step summed over problems."""
     sub = REPO / "examples" / "submissions" / "triton_reference"
     t0 = time.monotonic()
 
-    partial = out / "triton_reference_progress.jsonl"  # each verdict as it lands: a run cut short keeps them
+    partial = out / f"triton_reference{label}_progress.jsonl"  # each verdict as it lands: a cut run keeps them
     steps: dict[str, dict[str, float]] = {}  # operator -> evaluator step -> seconds
     # On CPU the problems of an operator share one smoke-shape verdict: count its steps once. The dicts are kept
     # so that no id is reused by a later verdict's while they are compared.
@@ -255,15 +259,22 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
             f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.get('error') or '')[:100]}")
 
-    rows = evaluate(sub, release, config=EvalConfig(device=device), ops=ops, problems=problems, progress=progress)
-    path = out / "triton_reference.parquet"
+    config = EvalConfig(device=device, triton_cache=triton_cache)
+    rows = evaluate(sub, release, config=config, ops=ops, problems=problems, progress=progress, lanes=lanes)
+    wall = time.monotonic() - t0
+    path = out / f"triton_reference{label}.parquet"
     write_results(rows, path, append=path.exists())
     stages: dict[str, int] = {}
     for r in rows:
         stages[r["stage"]] = stages.get(r["stage"], 0) + 1
-    log(f"[triton] {len(rows)} problems in {time.monotonic() - t0:.0f} s; stages {stages}")
-    log_step_seconds(steps, rows)
-    return {"problems": len(rows), "stages": stages}
+    log(f"[triton] {len(rows)} problems in {wall:.0f} s with {lanes} lane(s), "
+        f"{'cache ' + str(triton_cache) if triton_cache else 'no persistent cache'}; stages {stages}")
+    totals = log_step_seconds(steps, rows)
+    doc = {"problems": len(rows), "stages": stages, "wall_s": round(wall, 1), "lanes": lanes,
+           "triton_cache": str(triton_cache) if triton_cache else None, "step_s": totals, "step_s_by_op": steps,
+           "eval_s_sum": round(sum(r.get("eval_s") or 0 for r in rows), 1)}
+    (out / f"triton_reference{label}_summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
 
 
 def _us(x) -> str:
@@ -285,6 +296,10 @@ def main() -> int:
     ap.add_argument("--problems", default=None, help="comma-separated problem ids for the triton phase")
     ap.add_argument("--device", default="cuda", help="the triton phase's device (cpu: a dry run of a plan, smoke "
                                                      "shapes under Triton's interpreter)")
+    ap.add_argument("--lanes", type=int, default=1, help="the triton phase's operators at once (eval --lanes)")
+    ap.add_argument("--triton-cache", type=Path, default=None,
+                    help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
+    ap.add_argument("--label", default="", help="suffix of the triton phase's file names")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -296,7 +311,8 @@ def main() -> int:
         phase_honest(release, out, args.honest_per_op)
     if "triton" in phases:
         phase_triton(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
-                     args.problems.split(",") if args.problems else None, args.device)
+                     args.problems.split(",") if args.problems else None, args.device, args.lanes, args.triton_cache,
+                     args.label)
     if "full" in phases:
         phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                    args.full_per_op)

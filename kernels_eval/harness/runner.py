@@ -542,9 +542,10 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     return rows
 
 
-# A problem whose inputs and outputs exceed this is judged alone on its device (after the lanes' problems): its
-# timing rotates input sets of up to 2 GiB, and the parent holds its references beside it.
-LANE_MAX_BYTES = 2 << 30
+# A problem whose inputs and outputs exceed this is judged alone on its device, after the lanes' problems: its
+# timing rotates two input sets, its worker may need several times the interface bytes, and the parent holds
+# its references beside it (the catalogue's largest on H200: 18 GB of interface, 9 problems over 4 GiB).
+LANE_MAX_BYTES = 4 << 30
 # Of the device's memory, the lanes' workers together may hold this share (the parent's references need the rest).
 LANES_MEMORY_SHARE = 0.8
 

@@ -182,14 +182,15 @@ def test_problems_too_large_to_share_the_device_are_judged_alone_after_the_lanes
     view = _view({"rms_norm": 2, "gemm": 3, "silu_and_mul": 2})
     gib = 1 << 30
     view.roofline_rows = [  # interface bytes of some problems (the rest: sized by the work model, or unknown)
-        {"problem_id": "gemm-0", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": 3 * gib, "bytes_written": 0},
-        {"problem_id": "gemm-1", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": gib, "bytes_written": gib},
-        {"problem_id": "rms_norm-1", "hardware": "B200", "t_roofline_s": 1e-3, "bytes_read": gib,
-         "bytes_written": 2 * gib}]
+        {"problem_id": "gemm-0", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": 5 * gib, "bytes_written": 0},
+        {"problem_id": "gemm-1", "hardware": "H200", "t_roofline_s": 1e-3, "bytes_read": 2 * gib,
+         "bytes_written": 2 * gib},
+        {"problem_id": "rms_norm-1", "hardware": "B200", "t_roofline_s": 1e-3, "bytes_read": 2 * gib,
+         "bytes_written": 3 * gib}]
     config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, gpu_memory_fraction=0.45)
     rows = runner.evaluate(sub, view, config=config, lanes=3)
     assert len(rows) == 7 and all(r["stage"] == "done" for r in rows)
-    alone = {"gemm-0", "rms_norm-1"}  # over 2 GiB; gemm-1 is exactly 2 GiB
+    alone = {"gemm-0", "rms_norm-1"}  # over 4 GiB; gemm-1 is exactly 4 GiB
     assert {pid for pid, v in seen.items() if v[3] == "alone"} == alone
     assert set(order[-2:]) == alone  # after every lane's problem
     assert all(seen[pid][0] == 0.45 for pid in alone)  # with the device's whole share
