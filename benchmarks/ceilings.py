@@ -4,7 +4,7 @@ Usage (on the GPU machine, from the repo root):
     python benchmarks/ceilings.py --out benchmarks/results/ceilings_H200.json
 
 Copy bandwidth counts bytes read + bytes written (2 x buffer size per copy), the convention of
-kernels_eval/hardware.yaml `measured.copy_tbps`. GEMM rates are 2*N^3 / median time of torch.mm
+catalogue/hardware.yaml `measured.copy_tbps`. GEMM rates are 2*N^3 / median time of torch.mm
 (cuBLAS/cuBLASLt), fp8 through torch._scaled_mm with per-tensor scales and a bf16 output. Every timing is
 the median of `--repeats` CUDA-event measurements after warm-up; L2 is irrelevant at these sizes
 (1 GiB copies, 384 MiB GEMM operands).

@@ -24,7 +24,7 @@ with the evaluator's own compare (kernels_eval.harness.compare: the operator's t
 near-ties, inputs written outside the in-place contract). That call is untimed (autotuning happens there). A
 correct candidate is then timed with the evaluator's loop (kernels_vs_libraries.timed_median, i.e.
 kernels_eval.harness.timing.time_calls: CUDA events, L2 flushed and a launch shield queued before each call,
-settling), median of at least --reps (>= 20) calls; fraction = t_roofline / t (kernels_eval.roofline on
+settling), median of at least --reps (>= 20) calls; fraction = t_roofline / t (catalogue.roofline on
 --hardware). A wrong candidate is not timed. With --device cpu the child runs under Triton's interpreter and
 times wall clock (tests only: nothing about the GPU can be read from it).
 
@@ -123,7 +123,7 @@ def shape_label(inputs: dict) -> str:
 
 def plan(op: str, problems: list[dict], hardware: str) -> list[dict]:
     """The chosen problems with their label, FLOPs, bytes and roofline time on `hardware`."""
-    from kernels_eval.roofline import problem_roofline
+    from catalogue.roofline import problem_roofline
 
     out = []
     for p in problems:

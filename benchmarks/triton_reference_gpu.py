@@ -9,7 +9,7 @@ For each operator file in --submission and each shape of <atrex-dir>/<op>/shapes
 catalogue lacks, uses GEMM_SHAPES below): draw input sets with the reference's make_inputs, check the
 Triton output against the reference on the first set (the evaluator's judge, kernels_eval.harness.compare),
 then time both with triton.testing.do_bench (median, L2 flushed before every call, rotating input sets so
-no call finds its inputs in L2). Roofline numbers come from kernels_eval.roofline.problem_roofline on
+no call finds its inputs in L2). Roofline numbers come from catalogue.roofline.problem_roofline on
 --hardware. One CSV row per shape; a failing shape is recorded and the run goes on.
 
 Imports only torch, triton, numpy and the repo's kernels_eval modules.
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from kernels_eval import registry  # noqa: E402
 from kernels_eval.harness.compare import compare_outputs, named_outputs  # noqa: E402
-from kernels_eval.roofline import problem_roofline  # noqa: E402
+from catalogue.roofline import problem_roofline  # noqa: E402
 
 SUBMISSION = REPO / "examples" / "submissions" / "triton_reference"
 ROTATION_BYTES = 1 << 30  # input bytes held across the rotating sets

@@ -9,8 +9,6 @@ from functools import lru_cache
 
 import polars as pl
 
-from ingest.schema import PHASES  # noqa: F401  (the phase vocabulary lives with the schemas)
-
 # vLLM V1 gpu_worker: execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>); the
 # TraceLens-patched variant puts the step's token count first and per-class sums in the
 # parentheses: execute_<T>_context_<Rc>(sq<Σq>sk<Σk>sqsq..sqsk..)_generation_<Rg>(sq..sk..).

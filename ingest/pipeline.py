@@ -76,7 +76,7 @@ def _read_events(path: str | Path) -> pl.DataFrame:
 
 def summarize(events: pl.DataFrame, path: str) -> dict:
     """Per-trace totals: all GPU time, attributed and unattributed time, counts."""
-    from ingest.schema import ATTRIBUTED
+    from catalogue.vocabulary import ATTRIBUTED
 
     gpu_ns = int(events["dur_ns"].sum())
     attributed_ns = int(events.filter(events["attribution"].is_in(ATTRIBUTED))["dur_ns"].sum())

@@ -35,16 +35,9 @@ KERNEL_EVENT_COLUMNS = {
     "graph_launch": pl.Boolean,  # replayed from a CUDA/HIP graph launch
     "graph_kernel_index": pl.Int32,  # order of the activity within its graph launch
     "external_id_agrees": pl.Boolean,  # cross-check of `External id` against the op; null when absent
-    "attribution": pl.String,  # see ATTRIBUTIONS
+    "attribution": pl.String,  # catalogue.vocabulary.ATTRIBUTIONS (CLASSIFIED_ATTRIBUTIONS once classified)
 }
 
-# direct: launch row found and enclosed by a CPU op.
-# graph_replay: replayed from a graph launch (the launch's own op stack is kept, not the kernel's).
-# launch_only: launch row found, but no CPU op encloses it on the launching thread.
-# unattributed: no launch row with this correlation in the window.
-ATTRIBUTIONS = ("direct", "graph_replay", "launch_only", "unattributed")
-# Rows whose launching op (and so its shapes) is known: directly, or through a graph-capture trace.
-ATTRIBUTED = ("direct", "graph_capture")
 CATEGORIES = ("kernel", "memcpy", "memset")
 
 TRACE_COLUMNS = {
@@ -61,13 +54,9 @@ TRACE_COLUMNS = {
 CLASSIFIED_EVENT_COLUMNS = KERNEL_EVENT_COLUMNS | {
     "operator": pl.String,  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
     "shape": pl.String,  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
-    "phase": pl.String,  # see PHASES
+    "phase": pl.String,  # catalogue.vocabulary.ROW_PHASES
     "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|shape:step|graph:full_graph_decode|none
 }
-PHASES = ("prefill", "decode", "mixed", "unknown")
-# Classification rewrites `graph_replay`: graph_capture (aligned with a capture-trace launch, whose
-# op and shapes the row inherits) or name_rule (operator from the kernel name only).
-CLASSIFIED_ATTRIBUTIONS = ("direct", "graph_capture", "name_rule", "launch_only", "unattributed")
 
 OP_SHAPE_TIME_COLUMNS = {
     "trace_id": pl.String,

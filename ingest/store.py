@@ -186,7 +186,7 @@ class TraceStore:
     def conservation(self, trace_id: str) -> dict:
         """Time conservation of a stored trace, from its written kernel_events against what the reader found
         in the file when it was parsed (no second parse): passed, and the ns and rows on each side."""
-        from ingest.schema import ATTRIBUTED
+        from catalogue.vocabulary import ATTRIBUTED
 
         summary = self.summary(trace_id)
         written = self.scan("kernel_events", [trace_id]).select("dur_ns", "attribution").collect()

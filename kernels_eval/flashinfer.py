@@ -61,7 +61,7 @@ def output_rules(op: str, ranks: dict[str, int]) -> dict[str, tuple[list, str]]:
     have `ranks` (a smoke shape of another rank, silu_and_mul's [1, 2, 32] say, has other outputs)."""
     import torch
 
-    work = importlib.import_module(f"kernels_eval.work.{op}")
+    work = importlib.import_module(f"catalogue.work.{op}")
     mod = importlib.import_module(f"kernels_eval.operators.{op}")
     rules: dict[str, tuple[list, str]] = {}
     for smoke in work.SMOKE:
@@ -96,7 +96,7 @@ def _output_shapes(op: str, problem: dict) -> dict[str, tuple[int, ...]]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    work = importlib.import_module(f"kernels_eval.work.{op}")
+    work = importlib.import_module(f"catalogue.work.{op}")
     mod = importlib.import_module(f"kernels_eval.operators.{op}")
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
@@ -110,7 +110,7 @@ def _output_shapes(op: str, problem: dict) -> dict[str, tuple[int, ...]]:
 def _axis_names(op: str, problems: list[dict], concrete: list[dict]) -> dict[tuple[str, int], str]:
     """(input, dim) -> axis name: the input kwarg that equals it in every problem (the one the smoke shapes
     agree on first), else `<input>_d<dim>`."""
-    work = importlib.import_module(f"kernels_eval.work.{op}")
+    work = importlib.import_module(f"catalogue.work.{op}")
     ranks = {t: len(shape) for t, (shape, _) in concrete[0].items()}
     smoke_shapes, smoke = {}, work.SMOKE[0]
     for smoke in work.SMOKE:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-STAGES = ("compile", "correctness", "adoption", "performance", "done")
+from catalogue.vocabulary import STAGES
 
 # stage: where the problem stopped ("done" = every stage passed; on CPU performance is not measured, so a
 # CPU "done" means compiled, correct and native). shape_kind: "problem" (its own shape, GPU) or "smoke"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels_eval.results_schema import STAGES
-
-DONE = "done"
+from catalogue.vocabulary import DONE, STAGES
 
 
 @dataclass

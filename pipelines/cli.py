@@ -10,8 +10,8 @@ import sys
 # Imported lazily per package so that `hotshape ingest` never pays for torch or dagster.
 COMMAND_MODULES = (
     "ingest.commands",
-    "weighting.commands",
     "release.commands",
+    "release.drift_commands",
     "kernels_eval.commands",
     "kernels_eval.agent.commands",
     "pipelines.commands",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import polars as pl
 
+from catalogue.vocabulary import PHASES
 from release import ids
 from release.roofline import has_our_roofline, load_hardware_or_none, roofline_frame, roofline_rows
 from release.bundle import MANIFEST_FILE, SEALED_FILES, table_file, weights_file, write_bundle
-from release.schema import PHASES
 
 SOURCE = "atrex-bench"
 IMPORTANCE = "operator_importance.json"

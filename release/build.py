@@ -11,11 +11,12 @@ import msgspec
 import polars as pl
 import pyarrow as pa
 
+from catalogue.vocabulary import PHASES, ROW_PHASES
 from release import ids
 from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, intervals_files,
                             json_bytes, read_release, table_file, weights_file, write_bundle)
 from release.roofline import has_our_roofline, load_hardware_or_none, regained_roofline, roofline_frame, roofline_rows
-from release.schema import PHASES, PROVENANCE
+from release.schema import PROVENANCE
 
 WEIGHT_COLUMNS = ("weight",) + tuple(f"weight_{p}" for p in PHASES)
 
@@ -115,7 +116,7 @@ def load_mined(folder: str | Path, store, fleet) -> Mined:
 
 def problems_of(selected: pl.DataFrame, key: bytes) -> pl.DataFrame:
     """Selected (operator, shape) rows as problems: id, operator, kwargs split, dtypes, weights."""
-    from kernels_eval.registry import split_kwargs
+    from catalogue.registry import split_kwargs
 
     rows = []
     for r in selected.iter_rows(named=True):
@@ -247,7 +248,7 @@ def _coverage(report: dict) -> dict:
 def _phase_split(fw: pl.DataFrame) -> dict[str, float]:
     total = math.fsum(fw["fleet_share"].to_list())
     return {p: (math.fsum(fw.filter(pl.col("phase") == p)["fleet_share"].to_list()) / total if total else 0.0)
-            for p in (*PHASES, "unknown")}
+            for p in ROW_PHASES}
 
 
 def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict, provenance: pl.DataFrame,
@@ -260,7 +261,7 @@ def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict,
     files.update(card_files(info, manifest, weights))
     files[SEALED_FILES["provenance"]] = table_file(SEALED_FILES["provenance"], provenance, "provenance", ("problem_id",))
     sealed = sealed_strings(provenance, secrets)
-    vocab = public_vocabulary(manifest) | set(PHASES) | {"unknown"}
+    vocab = public_vocabulary(manifest) | set(ROW_PHASES)
     report: dict = {}
     written = write_bundle(out, files, info, replace=replace, signing_key=signing_key, wait_s=wait_s,
                            check=lambda tmp: report.update(assert_no_leak(tmp, sealed, vocab).summary()))

@@ -12,7 +12,7 @@ import math
 
 import polars as pl
 
-from release.schema import PHASES
+from catalogue.vocabulary import PHASES
 
 PLOT_OPERATORS = "plots/operator_weights.png"
 PLOT_PHASES = "plots/phase_split.png"

@@ -8,8 +8,8 @@ import json
 import polars as pl
 import pyarrow as pa
 
-from kernels_eval.hardware import load_hardware
-from kernels_eval.roofline import problem_roofline
+from catalogue.hardware import load_hardware
+from catalogue.roofline import problem_roofline
 from release.schema import ROOFLINE
 
 OUR_ROOFLINE = ("flops", "bytes_read", "bytes_written", "path", "t_roofline_s", "t_roofline_measured_s")

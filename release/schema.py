@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-PHASES = ("prefill", "decode", "mixed")
+from catalogue.vocabulary import PHASES
+
 
 # public/manifest.parquet: what a problem is. kwargs and dtypes are canonical JSON objects.
 MANIFEST = pa.schema(
@@ -129,8 +130,8 @@ COLUMNS = {
     "trace_files": ("trace file paths, aligned with trace_ids (sealed)", ""),
     "profile_gpu_ns": ("GPU time of the problem per profile, aligned with trace_ids", "ns"),
     "record": ("source-specific JSON kept verbatim (atrex shape and metadata)", ""),
-    "hardware": ("accelerator name, a key of kernels_eval/hardware.yaml", ""),
-    "flops": ("floating-point operations of one call (kernels_eval/work/<operator>.py)", "FLOP"),
+    "hardware": ("accelerator name, a key of catalogue/hardware.yaml", ""),
+    "flops": ("floating-point operations of one call (catalogue/work/<operator>.py)", "FLOP"),
     "bytes_read": ("minimum bytes read from HBM by one call", "byte"),
     "bytes_written": ("minimum bytes written to HBM by one call", "byte"),
     "path": ("dtype path of the peak used (e.g. bf16_tensor)", ""),

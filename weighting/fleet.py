@@ -14,9 +14,8 @@ from typing import Annotated, Iterable
 import msgspec
 import yaml
 
+from catalogue.vocabulary import PHASES
 from ingest.discovery import is_profile
-
-PHASES = ("prefill", "decode", "mixed")
 
 
 class FleetError(ValueError):
@@ -44,7 +43,7 @@ class DeploymentSpec(msgspec.Struct, forbid_unknown_fields=True):
     id: Annotated[str, _doc("unique name; sealed (never in a release's public files)")]
     model: Annotated[str, _doc("model served; sealed")]
     framework: Annotated[str, _doc("serving framework; sealed")]
-    accelerator: Annotated[str, _doc("accelerator name, a key of kernels_eval/hardware.yaml")]
+    accelerator: Annotated[str, _doc("accelerator name, a key of catalogue/hardware.yaml")]
     traces: Annotated[list[str] | str, _doc("glob(s) of this deployment's trace files, relative to the trace root")]
     card_hours: Annotated[float | None, _doc("accelerator-hours the deployment ran in the window (card-hours)")] = None
     cards: Annotated[float | None, _doc("number of accelerators; with `hours` instead of `card_hours`")] = None
@@ -127,7 +126,7 @@ class Fleet:
 
 
 def _hardware_names() -> set[str]:
-    from kernels_eval.hardware import load_hardware  # torch-free by contract
+    from catalogue.hardware import load_hardware  # torch-free by contract
 
     return set(load_hardware())
 

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from weighting.fleet import PHASES
+from catalogue.vocabulary import PHASES
 from weighting.schema import HOT_PROBLEMS, validate
 from weighting.weights import group_starts
 
@@ -53,7 +53,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
 
 
 def _registry_benchmarkable(name: str) -> bool:
-    from kernels_eval.registry import is_benchmarkable  # torch-free by contract
+    from catalogue.registry import is_benchmarkable  # torch-free by contract
 
     return is_benchmarkable(name)
 
@@ -79,7 +79,7 @@ def _normalise(values: np.ndarray) -> np.ndarray:
 
 def _registry_shape_ok(operator: str, shape: str) -> bool:
     """Whether a mined shape has every kwarg the operator's work model and inputs need."""
-    from kernels_eval.registry import split_kwargs, work  # torch-free by contract
+    from catalogue.registry import split_kwargs, work  # torch-free by contract
 
     try:
         init_kwargs, input_kwargs = split_kwargs(operator, json.loads(shape))

@@ -5,19 +5,18 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from weighting.fleet import PHASES, Fleet
+from catalogue.vocabulary import PHASES, ROW_PHASES
+from weighting.fleet import Fleet
 from weighting.schema import WEIGHT_UNCERTAINTY, validate
 from weighting.weights import phase_factor_array, profile_shares, profiles
-
-ALL_PHASES = (*PHASES, "unknown")
 
 
 def _deployment_matrices(shares: pl.DataFrame, profs: pl.DataFrame, problems: dict, dep_id: str):
     """Per profile of one deployment: shares over (problem, phase) columns and labelled time per phase."""
     ids = profs.filter(pl.col("deployment") == dep_id)["trace_id"].to_list()
     row_of = {t: i for i, t in enumerate(ids)}
-    phase_of = {p: i for i, p in enumerate(ALL_PHASES)}
-    matrix = np.zeros((len(ids), len(problems) * len(ALL_PHASES)))
+    phase_of = {p: i for i, p in enumerate(ROW_PHASES)}
+    matrix = np.zeros((len(ids), len(problems) * len(ROW_PHASES)))
     labelled = np.zeros((len(ids), len(PHASES)))
     part = shares.filter(pl.col("deployment") == dep_id)
     for tid, op, shape, phase, share in part.select("trace_id", "operator", "shape", "phase", "share").iter_rows():
@@ -25,7 +24,7 @@ def _deployment_matrices(shares: pl.DataFrame, profs: pl.DataFrame, problems: di
             labelled[row_of[tid], phase_of[phase]] += share
         k = problems.get((op, shape))
         if k is not None:
-            matrix[row_of[tid], k * len(ALL_PHASES) + phase_of[phase]] += share
+            matrix[row_of[tid], k * len(ROW_PHASES) + phase_of[phase]] += share
     return matrix, labelled
 
 
@@ -51,7 +50,7 @@ def bootstrap_replicates(
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float) / n
         mean = counts @ matrix
         factors = _factors(counts @ labelled, dep.phase_mix)
-        by_phase = mean.reshape(n_boot, len(problems), len(ALL_PHASES)) * factors[:, None, :]
+        by_phase = mean.reshape(n_boot, len(problems), len(ROW_PHASES)) * factors[:, None, :]
         fleet_time += dep.card_hours * by_phase.sum(axis=2)
     totals = fleet_time.sum(axis=1, keepdims=True)
     return np.divide(fleet_time, totals, out=np.zeros_like(fleet_time), where=totals > 0)

@@ -8,8 +8,9 @@ import warnings
 import numpy as np
 import polars as pl
 
+from catalogue.vocabulary import PHASES, ROW_PHASES
 from ingest.discovery import is_profile
-from weighting.fleet import PHASES, Fleet, FleetError, FleetWarning
+from weighting.fleet import Fleet, FleetError, FleetWarning
 from weighting.schema import FLEET_WEIGHTS, validate
 
 KEY = ["operator", "shape", "phase"]
@@ -69,7 +70,7 @@ def profile_shares(
 ) -> pl.DataFrame:
     """t_p(o,s,φ) / T_p per profile: deployment, trace_id, operator, shape, phase, share (sorted)."""
     profs = profiles(traces, fleet) if profs is None else profs
-    bad = op_shape_time.filter(~pl.col("phase").is_in([*PHASES, "unknown"]))
+    bad = op_shape_time.filter(~pl.col("phase").is_in(ROW_PHASES))
     if bad.height:
         raise ValueError(f"op_shape_time: unknown phase {bad['phase'][0]!r} in field 'phase'")
     rows = (

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernels_eval import registry
+from catalogue import registry
 
 
 def smoke_release(operator: str, device: str, where: Path):

@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from kernels_eval import registry
+from catalogue import registry
 
 
 def reference_path(operator: str) -> Path:

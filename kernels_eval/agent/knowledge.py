@@ -80,7 +80,7 @@ def _markdown_passages(path: Path, rel: str, operators: set[str]) -> list[Passag
 
 def collect_passages(root: Path = REPO) -> list[Passage]:
     """Every passage of the knowledge base's sources under `root`."""
-    from kernels_eval import registry
+    from catalogue import registry
 
     operators = set(registry.operator_names())
     out = []

@@ -26,9 +26,9 @@ TIME_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond":
 DRIVER = '''
 import importlib.util, json, sys
 import torch
-from kernels_eval import registry
+from kernels_eval.registry import load_reference
 spec = json.loads(sys.argv[1])
-ref = registry.load_reference(spec["operator"])
+ref = load_reference(spec["operator"])
 loader = importlib.util.spec_from_file_location("candidate", spec["file"])
 mod = importlib.util.module_from_spec(loader)
 loader.loader.exec_module(mod)

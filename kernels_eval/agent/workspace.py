@@ -95,7 +95,7 @@ def build_workspace(release_path: str | Path, out: str | Path, ops: list[str] | 
                     layout: str = "hotshape", weights_version=None) -> dict:
     """Write the agent workspace of a release's operators at `out` (which must not exist); a summary with the
     leak check's report. A sealed string in any file stops it: WorkspaceLeak, and nothing is left at `out`."""
-    from kernels_eval import registry
+    from catalogue import registry
     from release.bundle import read_release
     from release.sealing import LeakError, assert_no_leak, public_vocabulary, sealed_strings
 

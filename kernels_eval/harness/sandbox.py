@@ -1,7 +1,8 @@
 """The candidate's sandbox: the bubblewrap command line a worker runs under, one code path for CPU and CUDA.
 
 Inside, the worker sees read-only: /usr, /etc, the interpreter and its packages, the `kernels_eval` package
-(mounted at PACKAGE_ROOT, not the checkout it came from, which may hold releases), and the submission's
+and the torch-free `catalogue` package it imports (both mounted at PACKAGE_ROOT, not the checkout they came
+from, which may hold releases), and the submission's
 operator files at their own paths; a private /tmp; a new /proc (its own pid namespace: the evaluator's
 processes do not exist there); a minimal /dev (plus the GPU nodes on cuda); and one writable host directory,
 the run's scratch directory (exchange directories and the Triton cache), over whose Triton cache the candidate
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-PACKAGE_ROOT = "/hotshape"  # kernels_eval is mounted here inside the sandbox and put on PYTHONPATH
+PACKAGE_ROOT = "/hotshape"  # kernels_eval and catalogue are mounted here inside the sandbox; it is on PYTHONPATH
 UID = 65534  # nobody
 TMP_BYTES = 2 << 30  # size of the private /tmp (a tmpfs is RAM; a candidate must not fill it unbounded)
 TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr or real dirs
@@ -187,7 +188,9 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     # the sandbox's uid maps to the evaluator's, so files only root may read would be readable through /etc
     for secret in sorted(p for p in HIDDEN_IN_ETC if os.path.exists(p)):
         args += ["--tmpfs", secret] if os.path.isdir(secret) else ["--ro-bind", "/dev/null", secret]
-    args += ["--ro-bind", str(package_dir()), f"{PACKAGE_ROOT}/kernels_eval", "--bind", str(scratch), str(scratch)]
+    args += ["--ro-bind", str(package_dir()), f"{PACKAGE_ROOT}/kernels_eval",
+             "--ro-bind", str(package_dir().with_name("catalogue")), f"{PACKAGE_ROOT}/catalogue",
+             "--bind", str(scratch), str(scratch)]
     if file_cache is not None:  # the candidate file's own persistent cache (harness/triton_cache.py)
         args += ["--bind", str(file_cache), str(triton_cache)]
     for f in sorted({os.path.abspath(f) for f in files}):

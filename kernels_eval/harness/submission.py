@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kernels_eval import registry
+from catalogue import registry
 
 
 def operator_files(submission: str | Path) -> dict[str, Path]:

@@ -7,10 +7,11 @@ import warnings
 import dagster as dg
 import polars as pl
 
+from catalogue.vocabulary import DONE, STAGES
 from kernels_eval.harness.adoption import NATIVE_SHARE
-from kernels_eval.results_schema import RESULTS, STAGES, read_results
+from kernels_eval.results_schema import RESULTS, read_results
 from kernels_eval.results_verify import check_results
-from kernels_eval.run_summary import DONE, operator_summaries
+from kernels_eval.run_summary import operator_summaries
 from kernels_eval.scoring import score
 from pipelines.defs.metadata import column_schema, rounded, table
 from pipelines.defs.release import release_bundle

@@ -1,7 +1,7 @@
 """Every benchmarkable mined (operator, shape) is a complete registry problem, or a documented case
 the trace cannot complete.
 
-A complete problem: `kernels_eval.registry.split_kwargs` then `work` succeed, and the torch
+A complete problem: `catalogue.registry.split_kwargs` then `work` succeed, and the torch
 reference's `make_inputs` takes exactly those input kwargs. The cases below are what stays
 incomplete on the example traces and the public vLLM / SGLang traces, each with the reason; a case
 that no longer occurs fails the test too, so the list cannot go stale.

@@ -39,7 +39,7 @@ def test_convolution_kernels_are_convolution_with_catalogue_kwargs(falconsai):
     # ViT patch embedding: 3 -> 768 channels, 16x16 patches at stride 16 (aten::convolution's args).
     assert shapes[768] == {"N": 4, "C": 3, "H": 224, "W": 224, "K": 768, "R": 16, "S": 16, "stride": [16, 16],
                            "padding": [0, 0], "dilation": [1, 1], "groups": 1, "dtype": "bf16"}
-    from kernels_eval import registry
+    from catalogue import registry
     assert registry.work("convolution", *registry.split_kwargs("convolution", shapes[768]))["flops"] == \
         2 * 4 * 768 * 14 * 14 * 3 * 16 * 16
 

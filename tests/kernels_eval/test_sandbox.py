@@ -63,6 +63,7 @@ def test_command_binds_only_what_the_worker_needs(tmp_path):
         assert bound[str(tmp_path)] == "--bind" and bound[str(files[0])] == "--ro-bind"
         assert [d for d, flag in bound.items() if flag == "--bind"] == [str(tmp_path)]  # the one writable place
         assert bound[f"{sandbox.PACKAGE_ROOT}/kernels_eval"] == "--ro-bind"
+        assert bound[f"{sandbox.PACKAGE_ROOT}/catalogue"] == "--ro-bind"  # the registry the worker imports
         assert str(REPO) not in bound and "/" not in bound and os.path.expanduser("~") not in bound
         # nothing of the host's /tmp or /dev/shm but the scratch dir, the candidate, and the interpreter and
         # package trees (a checkout cloned under /tmp has its .venv there)
@@ -111,6 +112,8 @@ except OSError:
     r["shadow"] = None
 import kernels_eval
 r["kernels_eval"] = kernels_eval.__file__
+from kernels_eval.registry import load_reference  # what the worker imports: it reaches catalogue
+r["catalogue"] = sys.modules["catalogue"].__file__
 print(json.dumps(r))
 """
 
@@ -136,7 +139,7 @@ def test_inside_the_sandbox(tmp_path):
     assert not r["shadow"]  # root-only files under /etc (the sandbox's uid maps to the evaluator's) are hidden
     with pytest.raises(TimeoutError):
         listener.accept()
-    assert r["kernels_eval"].startswith(sandbox.PACKAGE_ROOT)
+    assert r["kernels_eval"].startswith(sandbox.PACKAGE_ROOT) and r["catalogue"].startswith(sandbox.PACKAGE_ROOT)
 
 
 def test_process_tree_counts_children():
@@ -243,7 +246,7 @@ def test_eval_stops_without_bwrap(release, tmp_path):
 @needs_bwrap
 def test_memory_of_children_is_counted_without_a_cgroup(tmp_path):
     """The fallback when no cgroup can be made: the tree's summed RSS, polled, names the limit."""
-    from kernels_eval import registry
+    from catalogue import registry
     from kernels_eval.harness.process import WorkerDied, WorkerProcess
 
     spec = registry.spec("rms_norm")

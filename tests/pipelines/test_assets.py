@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kernels_eval.roofline import problem_roofline
+from catalogue.roofline import problem_roofline
 from pipelines.commands import materialize_all
 from release.bundle import read_release
 from tests.pipelines.conftest import EXAMPLE_TRACES, example_store
@@ -76,7 +76,7 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
         assert checks[name], name
     # The examples' shapes are still being wired to the work models: whatever the state, the check
     # must agree with the registry asked directly.
-    from kernels_eval.hardware import load_hardware
+    from catalogue.hardware import load_hardware
 
     assert checks["release_bundle:every_selected_problem_has_roofline"] == _roofline_computable(rel, load_hardware()["H200"])
 

@@ -137,7 +137,7 @@ def test_regained_roofline_keeps_published_numbers(atrex_dir, tmp_path):
 
     table = load_hardware_or_none()
     if not table:
-        pytest.skip("kernels_eval.hardware is not installed")
+        pytest.skip("catalogue.hardware is not installed")
     import_atrex(atrex_dir, tmp_path / "bare", hardware={})
     bare = read_release(tmp_path / "bare")
     old = bare.sealed("roofline")

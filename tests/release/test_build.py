@@ -152,7 +152,7 @@ def test_refresh_gives_dropped_problems_weight_zero(fleet_root, built, tmp_path)
 def test_release_built_without_the_registry_gains_roofline_on_refresh(fleet_root, tmp_path):
     table = load_hardware_or_none()
     if not table:
-        pytest.skip("kernels_eval.hardware is not installed")
+        pytest.skip("catalogue.hardware is not installed")
     root, fleet = fleet_root
     build_release(root, fleet, tmp_path / "rel", name="bench", hardware={"MI300X": None})
     before = read_release(tmp_path / "rel")

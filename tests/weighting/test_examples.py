@@ -15,7 +15,6 @@ from weighting.weights import fleet_weights
 
 
 def test_example_fleet_end_to_end(examples_dir, tmp_path):
-    pytest.importorskip("kernels_eval.hardware")
     output = pytest.importorskip("ingest.output")
     pytest.importorskip("ingest.classify")
     root = examples_dir / "traces"

@@ -8,7 +8,7 @@ import sys
 CODE = """
 import sys
 import weighting.fleet, weighting.weights, weighting.selection, weighting.uncertainty
-import weighting.concentration, weighting.drift, weighting.drift_report, weighting.commands
+import weighting.concentration, weighting.drift, weighting.drift_report
 import polars as pl
 from weighting.selection import select_hot
 shape = '{"eps":1e-06,"hidden_size":1024,"token_count":2500}'

@@ -98,7 +98,7 @@ def regime(state: LoopState) -> str:
 
 def _intensity(state: LoopState) -> float:
     """FLOPs per byte of the operator's heaviest problem (by weight) the feedback names, from the work model."""
-    from kernels_eval import registry
+    from catalogue import registry
 
     try:
         smoke = registry.spec(state.operator).smoke[0]
