@@ -35,6 +35,8 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
     """Rewrite, in place, the rows of each HF MoE block's two aten::_grouped_mm calls to the block's one
     fused_moe problem: the calls are paired in launch order per device, and the router's aten::topk
     launched before them gives tokens and top_k (one call alone shows only tokens × top_k rows)."""
+    if "fused_moe" not in operators:
+        return
     devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
     order = sorted(range(events.height), key=lambda i: (devices[i] or 0, ts[i]))
     calls: list[tuple[tuple, list[int], tuple | None]] = []  # (dims, rows, router before it)
@@ -77,6 +79,23 @@ def _agree_by_kernel(kernels: list[str], rules: list[str], ops: list, operators:
                 operators[i], kwargs_list[i] = next(iter(seen)), {}
 
 
+# The columns that decide a row's operator, shape and step: a trace repeats a few hundred
+# combinations over its many thousand activities, and each is classified once.
+KEY_COLUMNS = ("kernel", "category", "op_chain", "op_chain_args", "annotation", "op")
+
+
+def distinct_rows(events: pl.DataFrame, columns) -> tuple[pl.DataFrame, list[int]]:
+    """The distinct combinations of `columns` in first-seen order, and each row's index among them."""
+    groups = events.select(columns).with_row_index("row").group_by(columns, maintain_order=True).agg("row")
+    key_of = groups.select(pl.int_range(pl.len()).alias("key"), "row").explode("row").sort("row")["key"]
+    return groups.drop("row"), key_of.to_list()
+
+
+def every_row(events: pl.DataFrame, columns) -> tuple[pl.DataFrame, list[int]]:
+    """The plain version of distinct_rows: every row its own combination."""
+    return events.select(columns), list(range(events.height))
+
+
 def classify_events(
     events: pl.DataFrame,
     capture_events: pl.DataFrame | None = None,
@@ -86,53 +105,54 @@ def classify_events(
 
     Graph-replay rows are first aligned with `capture_events` (ingest.graphs.read_capture); their
     attribution becomes `graph_capture` where a capture launch was aligned, else `name_rule`.
+
+    Each distinct KEY_COLUMNS combination is classified once; rows take their combination's
+    values (oracle: tests/ingest/test_fast_paths.py, against one classification per row).
     """
     tax = _taxonomy(taxonomy)
     events = attribute_graphs(events, capture_events)
-    kernels, cats = events["kernel"].to_list(), events["category"].to_list()
-    chains, chain_args = events["op_chain"].to_list(), events["op_chain_args"].to_list()
-    annotations = events["annotation"].to_list()
+    keys, key_of = distinct_rows(events, KEY_COLUMNS)
+    kernels, cats, chains, chain_args, annotations, ops = (keys[c].to_list() for c in KEY_COLUMNS)
     parsed: dict[str | None, list] = {None: []}
     operators: list[str] = []
     kwargs_list: list[dict] = []
     rules: list[str] = []
-    ops = events["op"].to_list()
-    memo: dict = {}
-    for i in range(events.height):
-        chain = chains[i] if chains[i] is not None else []
-        key = (kernels[i], cats[i], tuple(chain), chain_args[i], annotations[i])
-        hit = memo.get(key)
-        if hit is None:
-            match = tax.classify(kernels[i], cats[i], chain)
-            if chain_args[i] not in parsed:
-                parsed[chain_args[i]] = orjson.loads(chain_args[i])
-            args = parsed[chain_args[i]] or []
-            depth, op_args = match.depth, None
-            if depth is not None and depth < len(args):
-                op_args = args[depth]
-            elif depth is None and match.operator not in ("other",):
-                depth, op_args = _innermost_args(args)
-            op_name = chain[depth] if depth is not None and depth < len(chain) else None
-            kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
-            step = merged_step(chain, annotations[i])
-            kwargs = add_step_context(match.operator, kwargs, step)
-            # Backward work is `other`, named by the backward op that decided it.
-            named = op_name if match.rule == "backward" and op_name is not None else None
-            hit = memo[key] = (*to_problem(match.operator, kwargs, step), match.rule, named)
-        operators.append(hit[0])
-        kwargs_list.append(hit[1])
-        rules.append(hit[2])
-        if hit[3] is not None:
-            ops[i] = hit[3]
+    for k in range(keys.height):
+        chain = chains[k] if chains[k] is not None else []
+        match = tax.classify(kernels[k], cats[k], chain)
+        if chain_args[k] not in parsed:
+            parsed[chain_args[k]] = orjson.loads(chain_args[k])
+        args = parsed[chain_args[k]] or []
+        depth, op_args = match.depth, None
+        if depth is not None and depth < len(args):
+            op_args = args[depth]
+        elif depth is None and match.operator not in ("other",):
+            depth, op_args = _innermost_args(args)
+        op_name = chain[depth] if depth is not None and depth < len(chain) else None
+        kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
+        step = merged_step(chain, annotations[k])
+        kwargs = add_step_context(match.operator, kwargs, step)
+        operator, kwargs = to_problem(match.operator, kwargs, step)
+        operators.append(operator)
+        kwargs_list.append(kwargs)
+        rules.append(match.rule)
+        if match.rule == "backward" and op_name is not None:
+            ops[k] = op_name  # backward work is `other`, named by the backward op that decided it
+    _agree_by_kernel(kernels, rules, ops, operators, kwargs_list)
+
+    def per_row(values: list) -> list:
+        return list(map(values.__getitem__, key_of))
+
+    operators, kwargs_list, ops = per_row(operators), per_row(kwargs_list), per_row(ops)
+    row_chains, row_annotations, row_chain_args = per_row(chains), per_row(annotations), per_row(chain_args)
 
     def args_at(i: int, depth: int) -> dict | None:
-        args = parsed.get(chain_args[i]) or []
+        args = parsed.get(row_chain_args[i]) or []
         return args[depth] if depth < len(args) else None
 
-    _agree_by_kernel(kernels, rules, ops, operators, kwargs_list)
-    _hf_moe_problems(events, operators, kwargs_list, chains, args_at)
+    _hf_moe_problems(events, operators, kwargs_list, row_chains, args_at)
     kwargs_list = fill_block_size(operators, kwargs_list)
-    phase, phase_rule = assign_phases(events, kwargs_list, operators)
+    phase, phase_rule = assign_phases(events, kwargs_list, operators, row_chains, row_annotations)
     graph = events["graph_launch"].fill_null(False)
     attribution = (
         pl.when(graph & pl.col("graph_capture"))

@@ -264,19 +264,31 @@ def _fill_within_steps(events: pl.DataFrame, chains: list, annotations: list, ph
                 phase[i], rule[i] = current, "shape:step"
 
 
-def assign_phases(events: pl.DataFrame, shapes: list[dict], operators: list[str]) -> tuple[list[str], list[str]]:
-    """Per-row (phase, phase_rule): step annotation, else attention shape, else graph heuristic."""
+def assign_phases(
+    events: pl.DataFrame, shapes: list[dict], operators: list[str], chains: list | None = None, annotations: list | None = None
+) -> tuple[list[str], list[str]]:
+    """Per-row (phase, phase_rule): step annotation, else attention shape, else graph heuristic.
+
+    `chains` and `annotations` are the rows' op_chain and annotation values where the caller has them;
+    rows sharing one chain object (ingest.classify's per-combination values) look their step up once.
+    """
     n = events.height
     phase = ["unknown"] * n
     rule = ["none"] * n
-    chains = events["op_chain"].to_list()
-    annotations = events["annotation"].to_list() if "annotation" in events.columns else [None] * n
+    if chains is None:
+        chains = events["op_chain"].to_list()
+    if annotations is None:
+        annotations = events["annotation"].to_list() if "annotation" in events.columns else [None] * n
+    decided: dict[tuple, tuple[str, str] | None] = {}
     for i in range(n):
-        _, step = step_of_chain(chains[i])
-        if step is None:
-            step = parse_step(annotations[i])
-        if step is not None and step.phase != "unknown":
-            phase[i], rule[i] = step.phase, step.rule
+        seen = (id(chains[i]), annotations[i])
+        if seen not in decided:
+            _, step = step_of_chain(chains[i])
+            if step is None:
+                step = parse_step(annotations[i])
+            decided[seen] = (step.phase, step.rule) if step is not None and step.phase != "unknown" else None
+        if decided[seen] is not None:
+            phase[i], rule[i] = decided[seen]
 
     # Shape rule: the rows of one step take the phase their attention calls agree on (for graph
     # replays aligned with a capture trace, the capture-time shapes); a step whose attention

@@ -47,3 +47,24 @@ def test_shape_texts_are_canonical_json_per_row():
     shared = {"m": 8, "n": 4096, "k": 4096, "dtype": "bf16"}
     rows = [shared, {}, shared, {"m": 8, "n": 4096, "k": 4096, "dtype": "bf16"}, {"dtype": "fp8"}]
     assert _shape_texts(rows) == [canonical_json(k) if k else EMPTY_SHAPE for k in rows]
+
+
+PER_ROW_TRACES = [*EXAMPLE_TRACES, Path(__file__).resolve().parents[1] / "fixtures" / "public" / "resnet_train_mi300_bwd.json.gz"]
+
+
+@pytest.mark.parametrize("path", PER_ROW_TRACES, ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.parametrize("strip", [False, True], ids=["annotated", "execute_model"])
+def test_classifying_each_combination_once_is_classifying_every_row(path, strip, monkeypatch, tmp_path):
+    from ingest import classify
+    from tests.fixtures.cut_trace import load, save
+    from tests.fixtures.strip_annotations import strip_annotations
+
+    if strip:
+        doc, changed = strip_annotations(load(path), "execute_model")
+        if not changed:
+            pytest.skip("no step annotations to rename")
+        path = save(doc, tmp_path / "stripped.json.gz")
+    fast = ingest_trace(path).events
+    monkeypatch.setattr(classify, "distinct_rows", classify.every_row)
+    slow = ingest_trace(path).events
+    assert fast.height > 0 and fast.equals(slow)
