@@ -55,14 +55,32 @@ class Markers:
         self.buf.zero_()
 
 
-def compile_privately() -> None:
+def compile_privately(seed: str | None = None) -> None:
     """Compile both markers into this process's kernel cache through a fresh private Triton cache directory,
     before the candidate is imported: the persistent per-file cache (harness/triton_cache.py) is writable by the
-    candidate, which could otherwise plant binaries under the markers' keys for its own later runs."""
+    candidate, which could otherwise plant binaries under the markers' keys for its own later runs. `seed`: a
+    directory the evaluator compiled them into (`compile_into`, shown read-only), copied in first, so that this
+    loads them instead of compiling (a second or two per worker)."""
+    import shutil
+
+    private = tempfile.mkdtemp(prefix="hotshape-markers-")
+    if seed and os.path.isdir(seed):
+        shutil.copytree(seed, private, dirs_exist_ok=True, symlinks=False)
+    _compile_in(private)
+
+
+def compile_into(path: str | os.PathLike) -> None:
+    """Compile both markers into the Triton cache directory `path` (the evaluator's, once per run: the seed
+    every worker copies, see `compile_privately`)."""
+    os.makedirs(path, exist_ok=True)
+    _compile_in(os.fspath(path))
+
+
+def _compile_in(cache_dir: str) -> None:
     import torch
 
     shared = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="hotshape-markers-")
+    os.environ["TRITON_CACHE_DIR"] = cache_dir
     try:
         n = 16 * FLUSH_BLOCK  # divisible by 16, as the real flush length is: the same specialisation
         buf = torch.empty(n, dtype=torch.int32, device="cuda")

@@ -29,6 +29,7 @@ from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 
 STAGES = ("compile", "correctness", "adoption", "performance", "done")
+TIMING_KEY = "_timing_pending"  # a checked verdict's entry for its deferred performance stage (see `evaluate`)
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
 # later call in that worker fails at once, so the operator's next problem gets a fresh worker.
 CONTEXT_LOST = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch "
@@ -48,6 +49,7 @@ class EvalConfig:
     sandbox: bool = True  # workers run in the bubblewrap sandbox (harness/sandbox.py)
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     triton_cache: Path | None = None  # root of the per-file compile caches (harness/triton_cache.py); None: cold
+    markers_cache: Path | None = None  # the run's compiled markers, shown read-only to workers (markers.compile_into)
     gpu_memory_fraction: float = 0.45
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
@@ -173,6 +175,7 @@ class OperatorJudge:
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction,
+                              "markers_cache": str(self.config.markers_cache) if self.config.markers_cache else None,
                               # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
                               "cuda_ipc": not self.config.sandbox and self.config.device_index is None},
                               max(self.config.call_timeout_s, self.config.start_timeout_s))
@@ -256,8 +259,10 @@ class OperatorJudge:
             self.tamper = "; ".join(tampers)
         return self.tamper if tampers else None
 
-    def evaluate_shapes(self, shapes: list[tuple[dict, dict]]) -> dict:
-        """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator."""
+    def evaluate_shapes(self, shapes: list[tuple[dict, dict]], defer_timing: bool = False) -> dict:
+        """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator. With `defer_timing` a
+        verdict that has passed every check up to performance is returned with its `TIMING_KEY` entry (the shape
+        and the checked calls' launches): `time_checked` finishes it later, in another worker."""
         v = {"stage": "compile", "compiled": False, "correct": False, "native": False, "native_fraction": None,
              "fallbacks": [], "error": None, "max_abs_err": None, "t_measured_s": None, "t_p10_s": None,
              "t_p90_s": None, "n_timed": None, "t_reference_s": None, "t_event_s": None}
@@ -327,7 +332,21 @@ class OperatorJudge:
         if not gpu:
             v["stage"] = "done"
             return v
+        if defer_timing:
+            v["stage"], v[TIMING_KEY] = "performance", {"shape": shapes[-1], "launches": launches}
+            return v
         return self._performance(v, model, shapes[-1], launches)
+
+    def time_checked(self, v: dict) -> dict:
+        """The performance stage of a verdict `evaluate_shapes(defer_timing=True)` left for it (in place)."""
+        pending = v.pop(TIMING_KEY)
+        init_kwargs, _ = shape = pending["shape"]
+        self.spent = v.setdefault("step_s", {})
+        self.observed, self.observed_ops, self.tamper = [], {}, None
+        began = time.monotonic()
+        model = self.reference.Model(**init_kwargs).to("cuda")
+        self._clock("reference_model", began)
+        return self._performance(v, model, shape, pending["launches"])
 
     def _performance(self, v: dict, model, shape: tuple[dict, dict], launches: list[dict]) -> dict:
         """Times the candidate; the kernel span of each timed call is its time, the timed calls' kernels must be
@@ -487,8 +506,9 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     problems in `skip` (judged before, in the run being resumed) are not run. With `devices` (CUDA indices)
     the operators are sharded over them longest-first (harness/shard.py): one thread per device judges its
     operators there, one worker at a time shown only that device; rows reach `sink` one at a time. With
-    `lanes` > 1 each device judges that many operators at once, one worker each, their GPU work through the
-    device's gate (harness/gate.py): compiling and checking overlap, timed calls run alone on the device."""
+    `lanes` > 1 each device checks that many operators at once, one worker each (compiling, autotuning and the
+    correctness and adoption calls overlap), then times the checked problems one at a time; their GPU work goes
+    through the device's gate (harness/gate.py), so no timed window ever shares the device."""
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, not {lanes}")
     if not isinstance(release, ReleaseView):
@@ -527,16 +547,39 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     by_op: dict[str, list[Problem]] = {}
     for p in chosen:
         by_op.setdefault(p.operator, []).append(p)
-    targets = [replace(config, device_index=d) for d in devices] if devices else [config]
-    # Problems too large to share the device run after the others, one lane per device, with its whole share
-    alone = _too_large_for_lanes(release, chosen) if lanes > 1 and config.device == "cuda" else set()
     workdir = Path(tempfile.mkdtemp(prefix="hotshape-eval-", dir=_scratch_dir()))
+    config = replace(config, markers_cache=_compile_markers(workdir / "markers") if config.device == "cuda" else None)
+    targets = [replace(config, device_index=d) for d in devices] if devices else [config]
+    # Lanes on a GPU: every problem is checked first, several operators at once (compiling and autotuning
+    # overlap), then the checked problems are timed one at a time per device: a timed window shares the device
+    # with nothing, and never waits for another lane's compile (which a shared gate would make it do). Problems
+    # too large to share the device are checked (and timed) after the lanes' checks, alone.
+    two_phase = lanes > 1 and config.device == "cuda"
+    alone = _too_large_for_lanes(release, chosen) if two_phase else set()
+    if two_phase and config.triton_cache is None:  # the timing phase's workers load what the checks compiled
+        targets = [replace(t, triton_cache=workdir / "triton") for t in targets]
+    pending: list | None = [] if two_phase else None
     try:
         for phase, phase_lanes, keep in (("lanes", lanes, False), ("alone", 1, True)):
             subset = {op: [p for p in plist if (p.problem_id in alone) == keep] for op, plist in by_op.items()}
             subset = {op: plist for op, plist in subset.items() if plist}
             if subset:
-                _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit)
+                _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit,
+                           pending if phase == "lanes" else None)
+        if pending:
+            by_device: dict[int | None, list] = {}
+            for p, verdict, cfg in pending:
+                by_device.setdefault(cfg.device_index, []).append((p, verdict))
+            timers = [threading.Thread(target=_time_checked, args=(items, files, target, workdir / f"timing-{k}", emit),
+                                       name=f"eval-device-{target.device_index}-timing", daemon=True)
+                      for k, target in enumerate(targets) if (items := by_device.get(target.device_index))]
+            for thread in timers:
+                thread.start()
+            for thread in timers:
+                thread.join()
+            for p, _, cfg in pending:  # a timing thread that died outright: its problems still get their row
+                emit(p, {"stage": "performance", "compiled": True, "correct": True, "native": True,
+                         "error": "evaluator error, problem not timed: its device's timing stopped"}, _row_device(cfg))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
@@ -571,9 +614,10 @@ def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str
 
 
 def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes: int, files: dict, workdir: Path,
-               emit) -> None:
+               emit, pending: list | None = None) -> None:
     """Judge `by_op` on `targets` (one config per device) with `lanes` operators at once per device: operators
-    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane, one gate per device."""
+    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane, one gate per device. With
+    `pending`, checked problems are left there as (problem, verdict, config) for `_time_checked`."""
     if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
         targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes))
                    for t in targets]
@@ -587,22 +631,100 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
     else:
         shards = [(targets[0], gates[0], list(by_op))]
     workdir.mkdir(parents=True, exist_ok=True)
+    lane_pending = [[] if pending is not None else None for _ in shards]
     if len(shards) == 1:
-        _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1])
+        _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1], None, lane_pending[0])
     else:
-        threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane),
+        threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane,
+                                                             lane_pending[lane]),
                                     name=f"eval-device-{cfg.device_index}-lane-{lane}", daemon=True)
                    for lane, (cfg, gate, shard) in enumerate(shards)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+    if pending is not None:
+        for (cfg, _, _), checked in zip(shards, lane_pending):
+            pending.extend((p, verdict, cfg) for p, verdict in checked)
     # a lane thread that died outright left problems unjudged: each still gets its one row
+    left = {p.problem_id for p, _, _ in pending} if pending is not None else set()
     for cfg, _, shard in shards:
         for op in shard:
             for p in by_op[op]:
-                emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
-                                                      "evaluation stopped"}, _row_device(cfg))
+                if p.problem_id not in left:
+                    emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
+                                                          "evaluation stopped"}, _row_device(cfg))
+
+
+def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
+    """The timing phase of a lanes run on one device: the performance stage of each checked problem, one at a
+    time, one operator's worker at a time (the next one importing torch meanwhile, which touches no GPU); each
+    row to `emit` as it is timed."""
+    index = _row_device(config)
+    if config.device_index is not None:
+        import torch
+
+        torch.cuda.set_device(config.device_index)
+    workdir.mkdir(parents=True, exist_ok=True)
+    by_op: dict[str, list[tuple[Problem, dict]]] = {}
+    for p, verdict in items:
+        by_op.setdefault(p.operator, []).append((p, verdict))
+    ops = sorted(by_op)
+    spares: dict[str, WorkerProcess] = {}
+
+    def prestart(op: str) -> None:
+        try:
+            spares[op] = start_worker(config, workdir / f"{op}.log", wait=False, file=files[op])
+        except OSError:
+            pass  # started on demand instead
+
+    try:
+        if ops:
+            prestart(ops[0])
+        for k, op in enumerate(ops):
+            if k + 1 < len(ops):
+                prestart(ops[k + 1])
+            judge = OperatorJudge(op, files[op], config, workdir, spares.pop(op, None))
+            try:
+                for p, verdict in by_op[op]:
+                    t0 = time.monotonic()
+                    try:
+                        verdict = judge.time_checked(verdict)
+                        fresh = bool(CONTEXT_LOST.search(verdict.get("error") or ""))
+                    except Exception as exc:  # noqa: BLE001 - reported in the row; the timing goes on
+                        verdict.pop(TIMING_KEY, None)
+                        verdict = OperatorJudge._fail(verdict, "performance", "evaluator error, problem not timed: "
+                                                      f"{type(exc).__name__}: {exc}"[:2000])
+                        fresh = True
+                        _free_device_memory(config.device)
+                    verdict["eval_s"] = (verdict.get("eval_s") or 0.0) + time.monotonic() - t0
+                    emit(p, verdict, index, announce=True)
+                    if fresh:
+                        judge.close()
+                        judge = OperatorJudge(op, files[op], config, workdir)
+            finally:
+                judge.close()
+                if config.keep_logs is not None and judge.log.exists():
+                    config.keep_logs.mkdir(parents=True, exist_ok=True)
+                    try:
+                        (config.keep_logs / f"{op}.timing.log").write_bytes(read_log(judge.log))
+                    except OSError:
+                        pass
+    finally:
+        for spare in spares.values():
+            spare.close()
+
+
+def _compile_markers(path: Path) -> Path | None:
+    """The evaluator's markers compiled into `path` (the seed each worker copies before its candidate is
+    imported), or None where that fails (each worker then compiles them itself)."""
+    try:
+        from kernels_eval.harness.markers import compile_into
+
+        compile_into(path)
+        return path
+    except Exception:  # noqa: BLE001 - a slower start, nothing else
+        return None
 
 
 def _row_device(config: EvalConfig) -> int | None:
@@ -613,9 +735,10 @@ def _row_device(config: EvalConfig) -> int | None:
 
 
 def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,
-               emit, gate: GpuGate, lane: int | None = None) -> None:
-    """Judge the operators of one lane of a device in order, each problem's row to `emit` as it is judged. An
-    error of the device (it cannot be selected, an operator's judging raises) fails only the problems it left
+               emit, gate: GpuGate, lane: int | None = None, pending: list | None = None) -> None:
+    """Judge the operators of one lane of a device in order, each problem's row to `emit` as it is judged; with
+    `pending` (a list) a verdict left for the timing phase goes there as (problem, verdict) instead. An error of
+    the device (it cannot be selected, an operator's judging raises) fails only the problems it left
     unjudged."""
     index = _row_device(config)
     try:
@@ -644,7 +767,10 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                 pass  # started on demand instead
 
     def on_verdict(p: Problem, verdict: dict) -> None:
-        emit(p, verdict, index, announce=True)
+        if TIMING_KEY in verdict:
+            pending.append((p, verdict))  # list.append: one at a time across lane threads
+        else:
+            emit(p, verdict, index, announce=True)
 
     try:
         prestart(judged[0] if judged else None)
@@ -662,12 +788,15 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                             for p in plist}
             else:
                 try:
-                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None), gate)
+                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None), gate,
+                                               defer_timing=pending is not None)
                 except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
                     error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
                     verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}
+            deferred = {q.problem_id for q, _ in pending} if pending is not None else set()
             for p in plist:
-                emit(p, verdicts[p.problem_id], index)
+                if TIMING_KEY not in verdicts[p.problem_id] and p.problem_id not in deferred:
+                    emit(p, verdicts[p.problem_id], index)
     finally:
         for spare in spares.values():
             spare.close()
@@ -696,14 +825,16 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
     # the run's scratch directory (exchange directories, Triton cache) is the sandbox's one writable place
     return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=memory,
                          start_timeout_s=config.start_timeout_s, wait=wait, sandboxed=config.sandbox,
-                         max_processes=config.max_processes, scratch=log_path.parent, files=config.candidate_files,
+                         max_processes=config.max_processes, scratch=log_path.parent,
+                         files=config.candidate_files + ((config.markers_cache,) if config.markers_cache else ()),
                          visible_device=config.device_index if config.device == "cuda" else None,
                          triton_cache=file_cache_dir(config.triton_cache, file)
                          if config.triton_cache is not None and file is not None else None)
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
-                    progress, worker: WorkerProcess | None = None, gate: GpuGate | None = None) -> dict[str, dict]:
+                    progress, worker: WorkerProcess | None = None, gate: GpuGate | None = None,
+                    defer_timing: bool = False) -> dict[str, dict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
     running out of memory) fails only that problem, with the error named; so does a candidate error that kills
@@ -719,7 +850,7 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
         for problems, shapes in groups:
             t0 = time.monotonic()
             try:
-                verdict = judge.evaluate_shapes(shapes)
+                verdict = judge.evaluate_shapes(shapes, defer_timing=defer_timing)
                 # a dead CUDA context in the worker fails every later call: the next problem gets a fresh one
                 fresh = config.device == "cuda" and bool(CONTEXT_LOST.search(verdict.get("error") or ""))
             except Exception as exc:  # noqa: BLE001 - reported in the row; the run goes on

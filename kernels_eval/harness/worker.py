@@ -183,7 +183,7 @@ class Worker:
             began = time.perf_counter()
             if self.device == "cuda":
                 try:  # not from the cache the candidate can write; a failure here leaves them to the first timing
-                    kernels_eval.harness.markers.compile_privately()
+                    kernels_eval.harness.markers.compile_privately(msg.get("markers_cache"))
                 except Exception:  # noqa: BLE001 - the markers then compile at their first launch, as before
                     pass
             took["init_markers"] = time.perf_counter() - began
@@ -191,9 +191,10 @@ class Worker:
             self.observer = observe.Observer(msg["file"], self.channel)
             self.observer.install()
             self.audit_class = observe.audit_mode_class(POISON_OPS, ALLOWED_ATEN_OPS)
-            # the first dispatch under a Python mode imports much of torch lazily (seconds): not in a call
-            with torch.no_grad(), self.audit_class(observe.Channel(-1), poison=True):
-                torch.empty_like(torch.zeros(4)).copy_(torch.ones(4))
+            if self.device != "cuda":  # the mode checks CPU calls only (call_gpu runs under the profiler alone)
+                # the first dispatch under a Python mode imports much of torch lazily (seconds): not in a call
+                with torch.no_grad(), self.audit_class(observe.Channel(-1), poison=True):
+                    torch.empty_like(torch.zeros(4)).copy_(torch.ones(4))
             self.log = LaunchLog(msg["file"], self.observer)
             self.log.install()
             self.observer.boundary = {w.__code__ for w in self.log.wrappers} | {Worker.call.__code__}

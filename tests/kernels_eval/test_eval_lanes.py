@@ -128,7 +128,7 @@ def test_a_judges_timed_calls_never_overlap_another_lanes_commands(tmp_path):
 
 
 def _recording_judge(seen: dict, gates: dict, order: list):
-    def judge(op, file, plist, config, workdir, progress, worker=None, gate=None):
+    def judge(op, file, plist, config, workdir, progress, worker=None, gate=None, defer_timing=False):
         for p in plist:
             seen[p.problem_id] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index,
                                   Path(workdir).parent.name if Path(workdir).name.startswith("lane-")
@@ -223,3 +223,56 @@ def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tm
     verdict = lambda rows: {r["problem_id"]: (r["stage"], r["correct"], r["native"]) for r in rows}  # noqa: E731
     assert verdict(two) == verdict(one) == {pid: ("done", True, True) for pid in verdict(one)}
     assert _overlaps(spans["rms_norm"], spans["silu_and_mul"])  # judged at the same time
+
+
+def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatch, tmp_path):
+    """On a GPU, lanes defer the performance stage: every problem's checks end before the first timing starts,
+    the timings run one at a time in one thread, and each row carries its check's and its timing's seconds."""
+    events, lock = [], threading.Lock()
+
+    def judge(op, file, plist, config, workdir, progress, worker=None, gate=None, defer_timing=False):
+        out = {}
+        for p in plist:
+            t0 = time.monotonic()
+            time.sleep(0.02)
+            v = {"stage": "performance", "compiled": True, "correct": True, "native": True, "eval_s": 0.5,
+                 runner.TIMING_KEY: {"shape": ({}, {}), "launches": []}}
+            if p.problem_id == "gemm-1":  # failed its checks: never timed
+                v = {"stage": "correctness", "compiled": True, "correct": False, "error": "wrong"}
+            assert defer_timing
+            with lock:
+                events.append(("check", p.problem_id, t0, time.monotonic(), threading.current_thread().name))
+            progress(p, v)
+            out[p.problem_id] = v
+        return out
+
+    def time_checked(self, v):
+        t0 = time.monotonic()
+        time.sleep(0.01)
+        v.pop(runner.TIMING_KEY)
+        with lock:
+            events.append(("time", self.operator, t0, time.monotonic(), threading.current_thread().name))
+        return {**v, "stage": "done", "t_measured_s": 1e-5}
+
+    monkeypatch.setattr(runner, "_judge_operator", judge)
+    monkeypatch.setattr(runner.OperatorJudge, "time_checked", time_checked)
+    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for op in ("rms_norm", "gemm", "silu_and_mul"):
+        (sub / f"{op}.py").write_text("class Model: pass\n")
+    view = _view({"rms_norm": 3, "gemm": 2, "silu_and_mul": 2})
+    announced = []
+    rows = runner.evaluate(sub, view, config=runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False),
+                           lanes=3, progress=lambda p, v: announced.append(p.problem_id))
+    by_id = {r["problem_id"]: r for r in rows}
+    assert len(rows) == 7 and by_id["gemm-1"]["stage"] == "correctness"
+    assert all(r["stage"] == "done" and r["eval_s"] >= 0.5 for pid, r in by_id.items() if pid != "gemm-1")
+    checks = [e for e in events if e[0] == "check"]
+    timings = [e for e in events if e[0] == "time"]
+    assert len(checks) == 7 and len(timings) == 6 and len({e[4] for e in checks}) == 3
+    assert max(e[3] for e in checks) <= min(e[2] for e in timings)  # every check before the first timing
+    assert len({e[4] for e in timings}) == 1  # one timing thread for the one device
+    ordered = sorted(timings, key=lambda e: e[2])
+    assert all(a[3] <= b[2] for a, b in zip(ordered, ordered[1:]))  # never two at once
+    assert sorted(announced) == sorted(by_id)  # each problem announced once, when its row is final
