@@ -17,6 +17,7 @@ from ingest.attribution import enclosing_stacks
 from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
+from ingest.schema import CAPTURE_COLUMNS
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>;
 # torch.compile's CUDA-graph trees (mode="reduce-overhead", TraceLens' xDiT captures) record each
@@ -37,17 +38,6 @@ class Range:
     ts_ns: int
     end_ns: int
     args: dict | None
-
-
-CAPTURE_COLUMNS = {
-    "window": pl.String,  # capture_<bs>_<mode>, with the window's start to tell repeats apart
-    "seq": pl.Int64,  # launch order within the window
-    "ts_ns": pl.Int64,  # launch time
-    "kernel": pl.String,  # kernel name from the launch row (ROCm) or the executed activity; null if unknown
-    "step": pl.String,  # alignment token: kernel name, "memcpy" or "memset"
-    "op_chain": pl.List(pl.String),  # ops/annotations inside the window enclosing the launch, outermost first
-    "op_chain_args": pl.String,
-}
 
 
 def capture_traces_for(trace_path: str | Path) -> list[Path]:

@@ -195,5 +195,5 @@ def traces_frame_from(summaries: list[dict]) -> pl.DataFrame:
 
     from ingest.schema import TRACE_COLUMNS
 
-    # Built in polars, not from an Arrow table: `hotshape ingest` then never imports pyarrow and numpy.
+    # Built in polars, not from an Arrow table: only the Parquet footers' column descriptions need pyarrow.
     return pl.DataFrame({name: [s[name] for s in summaries] for name in TRACE_COLUMNS}, schema=TRACE_COLUMNS)

@@ -1,9 +1,9 @@
 """Schemas of every table the ingest package writes, and their validation.
 
-Columns are declared once, in polars dtypes (kernel_events is built in polars). The Arrow schemas
-that writers and `validate` use, KERNEL_EVENTS, TRACES, CLASSIFIED_EVENTS and OP_SHAPE_TIME, are
-derived from them on first use: reading a trace then loads neither pyarrow nor the numpy that
-pyarrow imports, a tenth of a second of a fresh process.
+Columns are declared once, in polars dtypes (kernel_events is built in polars), and described once, in
+COLUMNS. The Arrow schemas that writers and `validate` use, KERNEL_EVENTS, TRACES, CLASSIFIED_EVENTS,
+OP_SHAPE_TIME, PROVENANCE and CAPTURES, are derived from them on first use: reading a trace then loads
+neither pyarrow nor the numpy that pyarrow imports, a tenth of a second of a fresh process.
 """
 
 from __future__ import annotations
@@ -67,24 +67,113 @@ OP_SHAPE_TIME_COLUMNS = {
     "calls": pl.Int64,
 }
 
+# The trace store's provenance/<trace_id>.parquet: GPU time per operator × shape × raw op × raw kernel.
+PROVENANCE_COLUMNS = {
+    "trace_id": pl.String,
+    "operator": pl.String,
+    "shape": pl.String,
+    "op": pl.String,
+    "kernel": pl.String,
+    "gpu_ns": pl.Int64,
+}
+
+# A parsed graph-capture trace (ingest.graphs.read_capture; the store's captures/<sha16>.parquet).
+CAPTURE_COLUMNS = {
+    "window": pl.String,  # capture_<bs>_<mode>, with the window's start to tell repeats apart
+    "seq": pl.Int64,  # launch order within the window
+    "ts_ns": pl.Int64,  # launch time
+    "kernel": pl.String,  # kernel name from the launch row (ROCm) or the executed activity; null if unknown
+    "step": pl.String,  # alignment token: kernel name, "memcpy" or "memset"
+    "op_chain": pl.List(pl.String),  # ops/annotations inside the window enclosing the launch, outermost first
+    "op_chain_args": pl.String,
+}
+
+# Each column's description and unit (ingest.field_metadata), carried in the field metadata of every Parquet
+# file the package writes; docs/tables.md lists the same. One meaning per word; NOTES narrow it for one table.
+COLUMNS = {
+    "trace_id": ("first 16 hex digits of the sha256 of the trace file's bytes", ""),
+    "kernel": ("kernel (or memcpy / memset) name; null when the trace does not give it", ""),
+    "category": ("kernel, memcpy or memset", ""),
+    "ts_ns": ("start of the activity, absolute epoch (the trace's baseTimeNanoseconds applied)", "ns"),
+    "dur_ns": ("duration of the activity", "ns"),
+    "device": ("GPU index", ""),
+    "stream": ("stream id", ""),
+    "correlation": ("correlation id linking the activity to its launch", ""),
+    "launch": ("runtime/driver launch row name (null without one in the window)", ""),
+    "op": ("innermost CPU op enclosing the launch", ""),
+    "op_chain": ("enclosing CPU ops and user annotations, outermost first", ""),
+    "op_chain_args": ("JSON list aligned with op_chain: each op's dims, types and concrete inputs, or null", ""),
+    "input_dims": ("JSON of op's Input Dims", ""),
+    "input_types": ("JSON of op's Input type", ""),
+    "concrete_inputs": ("JSON of op's Concrete Inputs", ""),
+    "annotation": ("innermost user annotation (step / record_function) enclosing the launch", ""),
+    "graph_launch": ("replayed from a CUDA/HIP graph launch", ""),
+    "graph_kernel_index": ("order of the activity within its graph launch", ""),
+    "external_id_agrees": ("the trace's External id agrees with the op (null when absent)", ""),
+    "attribution": ("how the row reached its op: direct, graph_replay (before classification), graph_capture, "
+                    "name_rule, launch_only or unattributed", ""),
+    "operator": ("canonical operator (ingest/taxonomy.yaml), other if none", ""),
+    "shape": ("canonical JSON of the operator's kwargs ({} when nothing is known)", ""),
+    "phase": ("prefill, decode, mixed or unknown", ""),
+    "phase_rule": ("which rule decided the phase (annotation:*, shape:*, graph:full_graph_decode or none)", ""),
+    "path": ("trace file name relative to the trace root, forward slashes", ""),
+    "gpu_ns": ("GPU time of the row's activities (kernels, memcpys, memsets)", "ns"),
+    "attributed_ns": ("GPU time attributed to an op (direct or through a graph-capture trace)", "ns"),
+    "unattributed_ns": ("the rest of the GPU time: gpu_ns = attributed_ns + unattributed_ns exactly", "ns"),
+    "kernels": ("GPU activities (kernels, memcpys, memsets) of the profile", "count"),
+    "events": ("trace events read", "count"),
+    "calls": ("GPU activities in the row", "count"),
+    "window": ("capture_<bs>_<mode> range with its start, to tell repeated windows apart", ""),
+    "seq": ("launch order within the window", "count"),
+    "step": ("alignment token: the kernel name, memcpy or memset", ""),
+}
+NOTES = {
+    "TRACES": {"gpu_ns": ("all GPU activity time of the profile (T_p)", "ns")},
+    "CAPTURES": {"ts_ns": ("launch time, absolute epoch", "ns"),
+                 "op_chain": ("ops and annotations inside the window enclosing the launch, outermost first", "")},
+}
+
 _ARROW_SCHEMAS = {
     "KERNEL_EVENTS": KERNEL_EVENT_COLUMNS,
     "TRACES": TRACE_COLUMNS,
     "CLASSIFIED_EVENTS": CLASSIFIED_EVENT_COLUMNS,
     "OP_SHAPE_TIME": OP_SHAPE_TIME_COLUMNS,
+    "PROVENANCE": PROVENANCE_COLUMNS,
+    "CAPTURES": CAPTURE_COLUMNS,
 }
 
 
+def descriptions(table: str) -> dict[str, tuple[str, str]]:
+    """{column: (description, unit)} of ingest table `table` (KERNEL_EVENTS, TRACES, ...)."""
+    return COLUMNS | NOTES.get(table, {})
+
+
 def __getattr__(name: str) -> pa.Schema:
-    """The Arrow schemas (KERNEL_EVENTS, ...), built from the columns above when first asked for."""
+    """The Arrow schemas (KERNEL_EVENTS, ...), built from the columns above when first asked for, each column
+    described in its field metadata."""
     if name not in _ARROW_SCHEMAS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import pyarrow as pa
 
+    from ingest.field_metadata import described
+
     arrow = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.Boolean: pa.bool_()}
     arrow[pl.List(pl.String)] = pa.list_(pa.string())
-    schema = globals()[name] = pa.schema([(column, arrow[dtype]) for column, dtype in _ARROW_SCHEMAS[name].items()])
+    plain = pa.schema([(column, arrow[dtype]) for column, dtype in _ARROW_SCHEMAS[name].items()])
+    schema = globals()[name] = described(plain, descriptions(name))
     return schema
+
+
+def parquet(frame: pl.DataFrame, table: str) -> bytes:
+    """`frame` as the Parquet bytes of ingest table `table`: zstd, no statistics, its columns described in the
+    footer's Arrow schema (the data pages are what polars writes without it)."""
+    import io
+
+    from ingest.field_metadata import frame_schema
+
+    buf = io.BytesIO()
+    frame.write_parquet(buf, compression="zstd", statistics=False, arrow_schema=frame_schema(frame, descriptions(table)))
+    return buf.getvalue()
 
 
 def conform(frame: pl.DataFrame, columns: dict, name: str) -> pl.DataFrame:

@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from ingest.schema import parquet
 from ingest.tracefile import TraceError, trace_id_of
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
@@ -129,12 +130,6 @@ class TraceStore:
         else:
             self.fs.mv(tmp, path)
 
-    @staticmethod
-    def _parquet(frame: pl.DataFrame) -> bytes:
-        buf = io.BytesIO()
-        frame.write_parquet(buf, compression="zstd", statistics=False)
-        return buf.getvalue()
-
     # ---- what is stored -------------------------------------------------------------------------
     def has(self, trace_id: str) -> bool:
         """Whether the trace is in the store, read or quarantined."""
@@ -211,9 +206,9 @@ class TraceStore:
             by_operator=_breakdown(events, "operator"), by_phase=_breakdown(events, "phase"),
             by_attribution=_breakdown(events, "attribution"))
         tid = summary.trace_id
-        self._write(self.file("kernel_events", tid), self._parquet(events))
-        self._write(self.file("op_shape_time", tid), self._parquet(op_shape_time(events)))
-        self._write(self.file("provenance", tid), self._parquet(provenance_rows(events)))
+        self._write(self.file("kernel_events", tid), parquet(events, "CLASSIFIED_EVENTS"))
+        self._write(self.file("op_shape_time", tid), parquet(op_shape_time(events), "OP_SHAPE_TIME"))
+        self._write(self.file("provenance", tid), parquet(provenance_rows(events), "PROVENANCE"))
         self._write(self._summary_file(tid), msgspec.json.encode(summary))
         return summary
 
@@ -250,7 +245,7 @@ class TraceStore:
                 if self.fs.exists(self._capture_file(digest)):
                     report.captures_reused.append(digest)
                 else:
-                    self._write(self._capture_file(digest), self._parquet(read_capture(f)))
+                    self._write(self._capture_file(digest), parquet(read_capture(f), "CAPTURES"))
                     report.captures_parsed.append(digest)
             digests.append(digest)
         return tuple(digests)
@@ -335,9 +330,9 @@ class TraceStore:
                 s = msgspec.structs.asdict(self.summary(tid))
                 traces.append({"trace_id": tid, "path": name, **{k: v for k, v in s.items() if k != "trace_id"}})
         quarantined = sorted(self.quarantined() + list(extra_quarantined), key=lambda q: q["path"])
-        self._write(f"{self.root}/traces.parquet", self._parquet(traces_frame_from(traces)))
+        self._write(f"{self.root}/traces.parquet", parquet(traces_frame_from(traces), "TRACES"))
         ost = self.scan("op_shape_time", [t["trace_id"] for t in traces]).collect()
-        self._write(f"{self.root}/op_shape_time.parquet", self._parquet(ost))
+        self._write(f"{self.root}/op_shape_time.parquet", parquet(ost, "OP_SHAPE_TIME"))
         self._write(f"{self.root}/quarantined.json", (json.dumps(quarantined, indent=2) + "\n").encode())
         return {"traces": traces, "quarantined": quarantined}
 

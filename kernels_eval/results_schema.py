@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from catalogue.vocabulary import STAGES
+from ingest.field_metadata import described
+from release.schema import COLUMNS as RELEASE_COLUMNS
 
 # stage: where the problem stopped ("done" = every stage passed; on CPU performance is not measured, so a
 # CPU "done" means compiled, correct and native). shape_kind: "problem" (its own shape, GPU) or "smoke"
@@ -64,6 +66,48 @@ RESULTS = pa.schema([
 # device_index: the CUDA device (the evaluator's index) whose worker judged the row; null on cpu and in files
 # written before it. Rows signed before it existed hold no value there, so it is signed only where it has one
 # (results_key.canonical) and their signatures still verify.
+# Each column's description and unit, carried in the results file's field metadata (ingest.field_metadata; both
+# imports are pyarrow only, as the evaluator's machine needs); docs/tables.md lists the same.
+COLUMNS = {
+    "submission": ("submission directory name", ""),
+    "release": ("release name the run was made against", ""),
+    "run_id": ("identity of one hotshape eval run", ""),
+    "run": ("run index of this submission on this hardware in the file", ""),
+    "problem_id": RELEASE_COLUMNS["problem_id"],
+    "operator": RELEASE_COLUMNS["operator"],
+    "hardware": ("accelerator name (cpu on a machine without a GPU)", ""),
+    "device": ("cuda or cpu", ""),
+    "file_sha256": ("sha256 of the submission's <operator>.py", ""),
+    "shape_kind": ("problem (the problem's own shape, GPU) or smoke (registry smoke shapes, CPU interpreter)", ""),
+    "stage": ("where the problem stopped: compile, correctness, adoption, performance, or done", ""),
+    "compiled": ("imported and first call returned", ""),
+    "correct": ("matched the reference on every input set", ""),
+    "native": ("at least 95% of its GPU time in the submission's own @triton.jit kernels", ""),
+    "native_fraction": ("share of its GPU time in its own kernels", "fraction"),
+    "fallbacks": ("library / Inductor / PyTorch kernels or ops it fell back to", ""),
+    "error": ("the first failure's reason", ""),
+    "max_abs_err": ("largest absolute difference from the reference, in the output's unit", ""),
+    "performance_measured": ("false on CPU: nothing is timed there", ""),
+    "t_measured_s": ("median CUPTI kernel span of the judged timed calls", "s"),
+    "t_p10_s": ("10th percentile of those spans", "s"),
+    "t_p90_s": ("90th percentile of those spans", "s"),
+    "n_timed": ("timed calls", "count"),
+    "t_roofline_s": ("the problem's roofline time (from the release's sealed roofline at score time)", "s"),
+    "roofline_fraction": ("t_roofline_s / t_measured_s (not capped)", "ratio"),
+    "t_reference_s": ("PyTorch eager reference time", "s"),
+    "speedup": ("t_reference_s / t_measured_s", "ratio"),
+    "eval_s": ("wall time the evaluator spent on the problem", "s"),
+    "evaluated_at": ("when the problem was judged, UTC (text in files written before it was typed: read the same)", ""),
+    "t_event_s": ("CUDA-event time of a call beside t_measured_s", "s"),
+    "sandboxed": ("the worker ran in the sandbox", ""),
+    "release_digest": ("release.json's digest the run was made against", ""),
+    "manifest_sha256": ("sha256 of that release's manifest", ""),
+    "key_id": ("fingerprint of the host key that signed the row", ""),
+    "signature": ("HMAC-SHA256 of the row (kernels_eval/results_key.py)", ""),
+    "device_index": ("CUDA device whose worker judged the row (hotshape eval --devices); null on cpu and in older "
+                     "files", ""),
+}
+RESULTS = described(RESULTS, COLUMNS)
 LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature",
                  "device_index")
 SIGNED_WHEN_SET = ("device_index",)

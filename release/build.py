@@ -93,12 +93,16 @@ MINED_FILES = ("traces.parquet", "op_shape_time.parquet", "fleet_weights.parquet
 
 def save_mined(mined: Mined, folder: str | Path) -> Path:
     """Write what `mine_store` found to `folder` (the Dagster fleet_weights asset), for `load_mined`."""
+    from ingest import schema as ingest_schema
     from ingest.output import write_parquet_atomic
+    from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
 
     folder = Path(folder)
     frames = (mined.traces, mined.op_shape_time, mined.fleet_weights, mined.selected)
-    for name, frame in zip(MINED_FILES, frames):
-        write_parquet_atomic(frame, folder / name)
+    described = (ingest_schema.descriptions("TRACES"), ingest_schema.descriptions("OP_SHAPE_TIME"), WEIGHTING_COLUMNS,
+                 WEIGHTING_COLUMNS)
+    for name, frame, columns in zip(MINED_FILES, frames, described):
+        write_parquet_atomic(frame, folder / name, columns)
     (folder / "coverage.json").write_text(json.dumps(mined.coverage, indent=2, sort_keys=True) + "\n")
     (folder / "left_out.json").write_text(json.dumps({"quarantined": mined.quarantined, "left_out": mined.left_out},
                                                      indent=2, sort_keys=True) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from catalogue.vocabulary import PHASES
-
+from ingest.field_metadata import described
 
 # public/manifest.parquet: what a problem is. kwargs and dtypes are canonical JSON objects.
 MANIFEST = pa.schema(
@@ -102,8 +102,7 @@ ATREX_OPERATORS = pa.schema(
 )
 
 # Each column's description and unit, carried as Parquet field metadata (b"description", b"unit") in every
-# release table; docs/release.md lists the same (tests/release/test_schema_docs.py keeps them together).
-# Units: "s", "ns", "FLOP", "byte", "count", "fraction" (of a total that is 1); "" for names, ids and JSON.
+# release table (ingest.field_metadata, which lists the units); docs/tables.md lists the same (tests/docs).
 COLUMNS = {
     "problem_id": ("keyed hash (HMAC) of the canonical problem; stable across weights versions", ""),
     "operator": ("canonical operator name (kernels_eval/operators/<operator>.py)", ""),
@@ -148,15 +147,9 @@ COLUMNS = {
 }
 
 
-def _described(schema: pa.Schema) -> pa.Schema:
-    """`schema` with each field's description and unit from COLUMNS as field metadata."""
-    return pa.schema([f.with_metadata({b"description": COLUMNS[f.name][0].encode(), b"unit": COLUMNS[f.name][1].encode()})
-                      for f in schema])
-
-
-MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE, ROOFLINE, ATREX_OPERATORS = map(
-    _described, (MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE, ROOFLINE,
-                 ATREX_OPERATORS))
+MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE, ROOFLINE, ATREX_OPERATORS = (
+    described(t, COLUMNS) for t in (MANIFEST, WEIGHTS, WEIGHT_INTERVALS, OPERATOR_INTERVALS, CANDIDATES, PROVENANCE,
+                                     ROOFLINE, ATREX_OPERATORS))
 
 TABLES = {
     "manifest": MANIFEST,

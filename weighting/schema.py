@@ -1,8 +1,10 @@
-"""Polars schemas of every table the weighting package writes, and their validation."""
+"""Polars schemas of every table the weighting package writes, their columns' descriptions, and their validation."""
 
 from __future__ import annotations
 
 import polars as pl
+
+from ingest.schema import COLUMNS as INGEST_COLUMNS
 
 # Per (operator, shape, phase): Σ_d card_hours_d · share_d, and that over Σ_d card_hours_d.
 FLEET_WEIGHTS = {
@@ -59,6 +61,30 @@ DRIFT_OPERATORS = {
     "weight_old": pl.Float64,
     "weight_new": pl.Float64,
     "delta": pl.Float64,
+}
+
+
+# Each column's description and unit (ingest.field_metadata), carried in the field metadata of the Parquet files
+# written from these tables (fleet_weights.parquet, hot_problems.parquet); docs/tables.md lists the same.
+COLUMNS = {
+    **{c: INGEST_COLUMNS[c] for c in ("operator", "shape", "phase")},
+    "fleet_card_hours": ("Σ over deployments of card_hours × the row's share of the deployment's GPU time", "card-hour"),
+    "fleet_share": ("fleet_card_hours over all fleet card-hours: the row's share of fleet GPU time, attributed or not",
+                    "fraction"),
+    "n_profiles": ("profiles with time in the row", "count"),
+    "n_deployments": ("deployments with time in the row", "count"),
+    "weight": ("the problem's share of the selected fleet GPU time (card-hour weighted); sums to 1", "fraction"),
+    **{p: (f"weight restricted to {p.removeprefix('weight_')}-phase fleet time; sums to 1, or all 0 without it",
+           "fraction") for p in PHASE_WEIGHTS},
+    "operator_rank": ("rank of the shape within its operator, 1 = the operator's hottest", "count"),
+    "weight_lo": ("lower end of the percentile bootstrap interval of weight (resampled profiles)", "fraction"),
+    "weight_hi": ("upper end of the percentile bootstrap interval of weight", "fraction"),
+    "weight_se": ("standard error of weight over the bootstrap replicates", "fraction"),
+    "problem_id": ("the release's problem id", ""),
+    "weight_old": ("weight in the older version", "fraction"),
+    "weight_new": ("weight in the newer version", "fraction"),
+    "delta": ("weight_new - weight_old", "fraction"),
+    "status": ("kept, newly_hot or newly_cold", ""),
 }
 
 

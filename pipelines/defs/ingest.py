@@ -64,7 +64,7 @@ def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     by_attribution = pl.DataFrame(sorted(summary["by_attribution"].items()), schema=["attribution", "dur_ns"], orient="row")
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": summary["events"],
-        "dagster/column_schema": column_schema(ingest_schema.KERNEL_EVENTS),
+        "dagster/column_schema": column_schema(ingest_schema.CLASSIFIED_EVENTS),
         "trace_id": trace_id,
         "parsed": trace_id in report.parsed,  # False: the same bytes were already in the store
         "gpu_ms": summary["gpu_ns"] / 1e6,

@@ -43,11 +43,16 @@ def table(frame: pl.DataFrame, limit: int = 15) -> dg.MetadataValue:
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
-def column_schema(schema: pa.Schema | dict) -> dg.MetadataValue:
+def column_schema(schema: pa.Schema | dict, columns: dict | None = None) -> dg.MetadataValue:
     """A table's `dagster/column_schema` from its package's schema module (an Arrow schema, or a polars
-    {column: dtype} dict): each column's type, and its description and unit where the field metadata carries them."""
+    {column: dtype} dict and that module's COLUMNS): each column's type, and its description and unit where the
+    field metadata carries them."""
     if isinstance(schema, dict):
         schema = pl.DataFrame(schema=schema).to_arrow().schema
+    if columns is not None:
+        from ingest.field_metadata import described
+
+        schema = described(schema, columns)
     def described(field: pa.Field) -> str | None:
         meta = field.metadata or {}
         text, unit = meta.get(b"description", b"").decode(), meta.get(b"unit", b"").decode()

@@ -11,6 +11,7 @@ from pipelines.defs.metadata import column_schema, rounded, table, top_operators
 from pipelines.resources import HotshapeStore
 from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
+from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
 from weighting.schema import FLEET_WEIGHTS, PHASE_WEIGHTS
 from release.build import mine_store, save_mined
 from weighting.selection import SUM_TOLERANCE
@@ -63,7 +64,7 @@ def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     shares = concentration(selected)
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": mined.fleet_weights.height,
-        "dagster/column_schema": column_schema(FLEET_WEIGHTS),
+        "dagster/column_schema": column_schema(FLEET_WEIGHTS, WEIGHTING_COLUMNS),
         "problems": selected.height,
         "operators": selected["operator"].n_unique(),
         "traces_used": mined.traces.height,

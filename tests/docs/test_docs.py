@@ -51,42 +51,73 @@ def test_the_link_finder_sees_links():
     assert {"tables.md", "results.md", "fleet.schema.json"} <= set(_links(REPO / "docs" / "guide.md"))
 
 
-def _rows(text: str) -> dict[str, list[str]]:
-    """`column` → its table row's cells, for every row of every table in a markdown text (a cell may name
-    several columns: `t_p10_s`, `t_p90_s`)."""
-    rows: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells and "`" in cells[0]:
-            for name in re.findall(r"`([^`]+)`", cells[0]):
-                rows.setdefault(name, cells)
-    return rows
+def _tables(text: str) -> list[list[tuple[str, str, str, str]]]:
+    """Every markdown table of `text` whose rows name a column in backticks, as (column, type, unit, description)
+    rows in order ("—" is no unit; an escaped pipe is part of its cell)."""
+    tables, rows = [], None
+    for line in text.splitlines() + [""]:
+        if not line.startswith("|"):
+            if rows:
+                tables.append(rows)
+            rows = None
+            continue
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        rows = [] if rows is None else rows
+        if re.fullmatch(r"`[^`]+`", cells[0]):
+            rows.append((cells[0].strip("`"), cells[1], "" if cells[2] == "—" else cells[2], cells[3]))
+    return tables
 
 
-def test_tables_doc_lists_every_release_column_with_its_metadata_unit():
-    from release.schema import TABLES
-
-    rows = _rows((REPO / "docs" / "tables.md").read_text())
-    for name, schema in TABLES.items():
-        for field in schema:
-            assert field.name in rows, f"docs/tables.md: release table {name}: no row for {field.name}"
-            unit = field.metadata[b"unit"].decode() or "—"
-            assert rows[field.name][2] == unit, f"docs/tables.md: {field.name}: unit {rows[field.name][2]!r} != {unit!r}"
-            assert field.metadata[b"description"], f"release.schema: {name}.{field.name} has no description"
-            if field.name.endswith("_s"):
-                assert unit == "s", field.name
+def type_name(t) -> str:
+    """An Arrow type as docs/tables.md writes it: large and plain strings and lists alike (polars writes large ones)."""
+    return str(t).replace("large_", "").replace("item: ", "").replace("element: ", "")
 
 
-def test_tables_doc_lists_every_results_and_ingest_column():
-    from ingest.schema import CLASSIFIED_EVENT_COLUMNS, OP_SHAPE_TIME_COLUMNS, TRACE_COLUMNS
+def documented(schema) -> list[tuple[str, str, str, str]]:
+    """A described Arrow schema's rows, as docs/tables.md should list them."""
+    return [(f.name, type_name(f.type), (f.metadata or {}).get(b"unit", b"").decode(),
+             (f.metadata or {}).get(b"description", b"").decode()) for f in schema]
+
+
+def written_tables() -> dict[str, object]:
+    """Every table hotshape writes to Parquet, by where it is written, from its package's schema module."""
+    import polars as pl
+
+    from ingest import schema as ingest_schema
+    from ingest.field_metadata import described
     from kernels_eval.results_schema import RESULTS
+    from release.schema import TABLES
+    from weighting import schema as weighting_schema
 
-    rows = _rows((REPO / "docs" / "tables.md").read_text())
-    wanted = [f.name for f in RESULTS] + list(TRACE_COLUMNS) + list(OP_SHAPE_TIME_COLUMNS) + list(CLASSIFIED_EVENT_COLUMNS)
-    missing = [c for c in wanted if c not in rows]
-    assert not missing, f"docs/tables.md lacks columns {missing}"
-    for name in rows:
-        if name.endswith("_ns"):
-            assert rows[name][2] == "ns", name
-        elif name.endswith("_s") and name in {f.name for f in RESULTS}:
-            assert rows[name][2] == "s", name
+    def weighting(columns: dict):
+        return described(pl.DataFrame(schema=columns).to_arrow().schema, weighting_schema.COLUMNS)
+
+    return {**{f"release {name}": schema for name, schema in TABLES.items()}, "results": RESULTS,
+            **{f"ingest {name}": getattr(ingest_schema, name)
+               for name in ("TRACES", "OP_SHAPE_TIME", "CLASSIFIED_EVENTS", "PROVENANCE", "CAPTURES")},
+            "weighting FLEET_WEIGHTS": weighting(weighting_schema.FLEET_WEIGHTS),
+            "weighting HOT_PROBLEMS": weighting(weighting_schema.HOT_PROBLEMS)}
+
+
+def test_tables_doc_lists_every_written_table_as_its_schema_describes_it():
+    """docs/tables.md has, for each table hotshape writes, one table with its columns in order, each with the
+    type, unit and description its Parquet field metadata carries; and no table that is none of them."""
+    from ingest.field_metadata import UNITS
+
+    docs = _tables((REPO / "docs" / "tables.md").read_text())
+    code = {name: documented(schema) for name, schema in written_tables().items()}
+    for name, rows in code.items():
+        assert rows in docs, f"docs/tables.md: no table lists {name} as its schema does:\n" + "\n".join(map(str, rows))
+        for column, _, unit, text in rows:
+            assert text and unit in UNITS, f"{name}.{column}: description {text!r}, unit {unit!r}"
+            if column.endswith("_ns"):
+                assert unit == "ns", f"{name}.{column}: unit {unit!r}"
+            elif column.endswith("_s"):
+                assert unit == "s", f"{name}.{column}: unit {unit!r}"
+    stray = [t[0][0] for t in docs if t not in code.values()]
+    assert not stray, f"docs/tables.md: tables that match no written table, starting with columns {stray}"
+
+
+def test_the_table_reader_reads_cells_and_escaped_pipes():
+    text = "| column | type | unit | description |\n|---|---|---|---|\n| `a` | string | — | x \\| y |\n| `b_s` | double | s | z |\n"
+    assert _tables(text) == [[("a", "string", "", "x | y"), ("b_s", "double", "s", "z")]]

@@ -40,3 +40,34 @@ def test_a_file_from_before_the_type_reads_as_the_same_instant(tmp_path: Path):
     assert back.schema.field("evaluated_at").type == pa.timestamp("s", tz="UTC")
     assert back.to_pylist()[0]["evaluated_at"] == datetime.fromisoformat(row["evaluated_at"])
     assert row_verifies(back.to_pylist()[0], key)
+
+
+def test_a_merge_describes_every_column_and_keeps_an_older_files_rows(tmp_path: Path):
+    """Results files carry each column's description and unit; one written before them (no field metadata) is
+    rewritten with them by the next merge, its rows unchanged and still verifying."""
+    from kernels_eval.results_store import merge_rows
+
+    key = HostKey(tmp_path / "results.key", b"k" * 32)
+    old = sign_row(_row(), key)
+    bare = pa.schema([f.remove_metadata() for f in RESULTS])
+    path = tmp_path / "results.parquet"
+    pq.write_table(results_table([old]).cast(bare), path)
+    assert pq.read_schema(path).field("t_measured_s").metadata is None
+    merge_rows([sign_row({**_row(), "problem_id": "p2"}, key)], path)
+    schema = pq.read_schema(path)
+    assert [f.name for f in schema if not (f.metadata or {}).get(b"description")] == []
+    assert schema.field("t_measured_s").metadata[b"unit"] == b"s"
+    rows = read_results(path).to_pylist()
+    assert [r["problem_id"] for r in rows] == ["p1", "p2"] and all(row_verifies(r, key) for r in rows)
+
+
+def test_the_results_modules_import_neither_polars_nor_msgspec():
+    """The GPU machine the evaluator runs on has pyarrow, not polars or msgspec."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kernels_eval.results_store, kernels_eval.results_schema\n"
+            "print(sorted(m for m in ('polars', 'msgspec', 'duckdb', 'dagster') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"

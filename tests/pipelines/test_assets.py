@@ -60,6 +60,8 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
     assert weights["problems"] == selected.height > 0 and weights["traces_used"] == len(EXAMPLE_KEYS)
     assert weights["traces_left_out"] == {}
     assert "gemm" in [r.data["operator"] for r in weights["top_operators"].records]
+    described = {c.name: c.description for c in weights["dagster/column_schema"].columns}
+    assert described["fleet_card_hours"].endswith("[card-hour]")  # weighting.schema's descriptions, with the unit
     columns = {c.name: c for c in _metadata(instance, "release_bundle")["dagster/column_schema"].columns}
     assert columns["problem_id"].description.startswith("keyed hash")  # release.schema's field descriptions
 
