@@ -79,12 +79,12 @@ PROVENANCE_COLUMNS = {
 
 # A parsed graph-capture trace (ingest.graphs.read_capture; the store's captures/<sha16>.parquet).
 CAPTURE_COLUMNS = {
-    "window": pl.String,  # capture_<bs>_<mode>, with the window's start to tell repeats apart
-    "seq": pl.Int64,  # launch order within the window
-    "ts_ns": pl.Int64,  # launch time
-    "kernel": pl.String,  # kernel name from the launch row (ROCm) or the executed activity; null if unknown
-    "step": pl.String,  # alignment token: kernel name, "memcpy" or "memset"
-    "op_chain": pl.List(pl.String),  # ops/annotations inside the window enclosing the launch, outermost first
+    "window": pl.String,
+    "seq": pl.Int64,
+    "ts_ns": pl.Int64,
+    "kernel": pl.String,
+    "step": pl.String,
+    "op_chain": pl.List(pl.String),
     "op_chain_args": pl.String,
 }
 

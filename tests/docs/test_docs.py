@@ -85,6 +85,7 @@ def written_tables() -> dict[str, object]:
 
     from ingest import schema as ingest_schema
     from ingest.field_metadata import described
+    from kernels_eval.agent.audit import ITERATIONS, PROBLEMS
     from kernels_eval.results_schema import RESULTS
     from release.schema import TABLES
     from weighting import schema as weighting_schema
@@ -96,7 +97,8 @@ def written_tables() -> dict[str, object]:
             **{f"ingest {name}": getattr(ingest_schema, name)
                for name in ("TRACES", "OP_SHAPE_TIME", "CLASSIFIED_EVENTS", "PROVENANCE", "CAPTURES")},
             "weighting FLEET_WEIGHTS": weighting(weighting_schema.FLEET_WEIGHTS),
-            "weighting HOT_PROBLEMS": weighting(weighting_schema.HOT_PROBLEMS)}
+            "weighting HOT_PROBLEMS": weighting(weighting_schema.HOT_PROBLEMS),
+            "optimize ITERATIONS": ITERATIONS, "optimize PROBLEMS": PROBLEMS}
 
 
 def test_tables_doc_lists_every_written_table_as_its_schema_describes_it():

@@ -14,6 +14,8 @@ import pytest
 
 from kernels_eval.agent import optimize as opt
 from kernels_eval.agent.proposers.search import SearchProposer, rewrite, tunable_sites
+from tests.conftest import REPO
+from tests.docs.test_docs import _tables, documented
 
 from .llm_replay import ReplayServer, recorded_responses
 
@@ -53,6 +55,9 @@ def test_search_runs_end_to_end_on_cpu_records_accepts_nothing_and_drops_out(rel
     assert len({r["file_sha256"] for r in it}) == 3 and all(" -> " in r["note"] for r in it[1:])
     assert json.loads(it[1]["feedback_json"])[0]["stage"] == "done"
     assert pq.read_table(tmp_path / "out" / "problems.parquet").num_rows == 3 * 56
+    for name in ("iterations.parquet", "problems.parquet"):  # every column described, as docs/tables.md lists it
+        rows = documented(pq.read_schema(tmp_path / "out" / name))
+        assert all(text for *_, text in rows) and rows in _tables((REPO / "docs" / "tables.md").read_text()), name
     assert (tmp_path / "out" / "rms_norm.py").read_text() == (REFERENCE / "rms_norm.py").read_text()
     # K = 1: every iteration without improvement restarts the proposer's context, the trail stays whole
     assert summary["dropouts"] == 2 and restarts == [0, 1]
