@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from release import integrity, layout
+from release.info import InfoError, ReleaseInfo, parse_info
 from release.integrity import FORMAT, RELEASE_JSON, UNFINISHED_MARKER, json_bytes, sha256
 from release.lock import release_lock
 from release.schema import TABLES, validate
@@ -104,6 +105,7 @@ def write_bundle(out: str | Path, files: dict[str, bytes], info: dict, replace: 
     info = dict(info, format=FORMAT, files={k: sha256(files[k]) for k in sorted(files)})
     # release.json cannot list its own sha256; it carries the digest of the rest of itself instead.
     info["digest"] = integrity.info_digest(info)
+    typed_info(info, out / RELEASE_JSON)  # what is written is what every reader will accept
     signer = None
     if signing_key is not None:
         from release.signing import load_signing_key
@@ -164,6 +166,14 @@ def _integrity(fn, *args):
         raise ReleaseIntegrityError(str(exc)) from exc
 
 
+def typed_info(info: dict, where: str | Path) -> ReleaseInfo:
+    """release.json's content `info` as a ReleaseInfo; a ReleaseError naming `where` and the bad field otherwise."""
+    try:
+        return parse_info(info, where)
+    except InfoError as exc:
+        raise ReleaseError(str(exc)) from None
+
+
 def load_info(path: str | Path) -> dict:
     """release.json of a release, parsed and its digest checked; a ReleaseError naming the file otherwise."""
     return _integrity(integrity.load_info, path)
@@ -176,10 +186,12 @@ def verify_release(path: str | Path, public_key: bytes | None = None) -> integri
 
 @dataclass
 class Release:
-    """A release read from disk: its release.json, manifest and weight versions; sealed on request."""
+    """A release read from disk: its release.json (`info` as parsed, `meta` typed), manifest and weight
+    versions; sealed on request."""
 
     path: Path
     info: dict
+    meta: ReleaseInfo
     manifest: pl.DataFrame
     verified: bool
     _cache: dict = field(default_factory=dict, repr=False)
@@ -189,16 +201,16 @@ class Release:
     @property
     def versions(self) -> list[int]:
         """Weight versions, oldest first."""
-        return [int(v["version"]) for v in self.info.get("weights", [])]
+        return [v.version for v in self.meta.weights]
 
     @property
     def name(self) -> str:
         """The release's name."""
-        return self.info.get("name", self.path.name)
+        return self.meta.name
 
     def read_bytes(self, rel: str) -> bytes:
         """One listed file's bytes: those the check read when the release was verified, else from disk."""
-        if rel not in self.info["files"]:
+        if rel not in self.meta.files:
             raise ReleaseError(f"{self.path}: no file {rel} in this release")
         if self.check is not None:
             # The bytes that were verified are the bytes used: an edit after the check changes nothing.
@@ -223,24 +235,24 @@ class Release:
         """Candidate shapes listed with a weights version, or None when there are none."""
         v = self.versions[-1] if version is None else int(version)
         rel = candidates_file(v)
-        return self._frame(rel) if rel in self.info["files"] else None
+        return self._frame(rel) if rel in self.meta.files else None
 
     def drift(self, version: int | None = None) -> dict | None:
         """Drift report of a weights version against the previous one, or None for v1."""
         v = self.versions[-1] if version is None else int(version)
         rel = drift_file(v)
-        return json.loads(self.read_bytes(rel)) if rel in self.info["files"] else None
+        return json.loads(self.read_bytes(rel)) if rel in self.meta.files else None
 
     def sealed(self, name: str) -> pl.DataFrame | None:
         """A sealed table (provenance, roofline, atrex_operators), or None when absent."""
         if name not in SEALED_FILES:
             raise ReleaseError(f"no sealed table {name!r}; known: {sorted(SEALED_FILES)}")
         rel = SEALED_FILES[name]
-        return self._frame(rel) if rel in self.info["files"] else None
+        return self._frame(rel) if rel in self.meta.files else None
 
     def all_files(self) -> dict[str, bytes]:
         """Every listed file's bytes (for building the next version of this release)."""
-        return {rel: self.read_bytes(rel) for rel in sorted(self.info["files"])}
+        return {rel: self.read_bytes(rel) for rel in sorted(self.meta.files)}
 
 
 def read_release(path: str | Path, verify: bool = True, public_key: bytes | None = None) -> Release:
@@ -248,10 +260,11 @@ def read_release(path: str | Path, verify: bool = True, public_key: bytes | None
     path = Path(path)
     if verify:
         check = verify_release(path, public_key)
-        release = Release(path=path, info=check.info, manifest=pl.DataFrame(), verified=True, root=check.root,
-                          check=check)
+        info, root = check.info, check.root
     else:
-        root = layout.current(path) or path
-        release = Release(path=path, info=load_info(root), manifest=pl.DataFrame(), verified=False, root=root)
+        check, root = None, layout.current(path) or path
+        info = load_info(root)
+    release = Release(path=path, info=info, meta=typed_info(info, Path(root) / RELEASE_JSON), manifest=pl.DataFrame(),
+                      verified=verify, root=Path(root), check=check)
     release.manifest = release._frame(MANIFEST_FILE)
     return release

@@ -63,6 +63,18 @@ def run_refresh(args: argparse.Namespace) -> int:
     return _run("refresh", go)
 
 
+def _typed(check) -> None:
+    """release.json's fields and types (release/info.py) where msgspec is installed; the integrity check
+    alone runs on a machine without it (the GPU machine), as the evaluator's read does."""
+    try:
+        from release.info import parse_info
+    except ImportError:
+        return
+    from release.integrity import RELEASE_JSON
+
+    parse_info(check.info, check.root / RELEASE_JSON)
+
+
 def run_verify(args: argparse.Namespace) -> int:
     """Check a release's digest, every file and its signature; 0 when it can be trusted, 2 otherwise."""
     from pathlib import Path
@@ -72,6 +84,7 @@ def run_verify(args: argparse.Namespace) -> int:
     def go():
         pinned = Path(args.public_key).read_bytes() if args.public_key else None
         check = read_verified(args.release, pinned)
+        _typed(check)
         if check.signature == "not checked":
             raise ValueError(f"{args.release}: cannot check its signature: the cryptography package is not installed")
         ok = check.signature == "verified" or args.allow_unsigned

@@ -80,7 +80,8 @@ def read_context(path: str | Path) -> tuple[dict[str, str], dict | None]:
     rel = read_release(root)
     m = re.fullmatch(r"v(\d+)\.parquet", path.name)
     version = int(m.group(1)) if m and path != root else rel.versions[-1]
-    name = next((v.get("inputs") for v in rel.info.get("weights", []) if v.get("version") == version), None)
-    inputs = json.loads(rel.read_bytes(name)) if name and name in rel.info.get("files", {}) else None
+    entry = rel.meta.weights_version(version)
+    name = entry.inputs if entry is not None else None
+    inputs = json.loads(rel.read_bytes(name)) if name and name in rel.meta.files else None
     return shape_labels(rel.manifest), inputs
 

@@ -32,7 +32,7 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
     else:
         summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy, mined=mined)
     rel = read_release(out)
-    coverage = rel.info["weights"][-1].get("coverage")
+    coverage = rel.meta.weights[-1].coverage
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": rel.manifest.height,
         "dagster/column_schema": column_schema(MANIFEST),

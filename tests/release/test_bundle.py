@@ -23,6 +23,12 @@ WEIGHTS = pl.DataFrame({"problem_id": ["pa", "pb", "pc"], "weight": [0.5, 0.25, 
                         "weight_mixed": [0.0, 0.0, 0.0]})
 
 
+# release.json's fields besides those write_bundle adds (format, files, digest): release/info.py's ReleaseInfo.
+INFO = {"name": "t", "version": "1.0", "parent": None, "created": "2026-11-01", "source": {"kind": "test"},
+        "key_source": "file", "counts": {"problems": 3, "operators": 2}, "roofline": {"ours": False},
+        "weights": [{"version": 1, "file": bundle.weights_file(1), "created": "2026-11-01"}]}
+
+
 def _files(manifest=MANIFEST):
     return {bundle.MANIFEST_FILE: bundle.table_file(bundle.MANIFEST_FILE, manifest, "manifest", ("problem_id",)),
             bundle.weights_file(1): bundle.table_file(bundle.weights_file(1), WEIGHTS, "weights", ("problem_id",)),
@@ -30,7 +36,7 @@ def _files(manifest=MANIFEST):
 
 
 def _write(path):
-    return write_bundle(path, _files(), {"name": "t", "weights": [{"version": 1}]})
+    return write_bundle(path, _files(), INFO)
 
 
 def test_parquet_bytes_depend_only_on_rows():
@@ -109,7 +115,7 @@ def test_failed_check_leaves_no_release_and_no_temporary(tmp_path):
         raise RuntimeError("leak")
 
     with pytest.raises(RuntimeError, match="leak"):
-        write_bundle(tmp_path / "r", _files(), {"name": "t"}, check=refuse)
+        write_bundle(tmp_path / "r", _files(), INFO, check=refuse)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -117,7 +123,7 @@ def test_replace_swaps_in_a_complete_release(tmp_path):
     _write(tmp_path / "r")
     files = _files()
     files["README.md"] = b"# v2\n"
-    write_bundle(tmp_path / "r", files, {"name": "t", "weights": [{"version": 1}]}, replace=True)
+    write_bundle(tmp_path / "r", files, INFO, replace=True)
     assert read_release(tmp_path / "r").read_bytes("README.md") == b"# v2\n"
     # NAME -> .NAME.d/<digest>; the version it replaced is gone, and so is the lock file.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".r.d", "r"]
