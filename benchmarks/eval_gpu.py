@@ -286,6 +286,10 @@ def _pct(x) -> str:
 
 
 def main() -> int:
+    import faulthandler
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--release", required=True)
     ap.add_argument("--out", required=True)
@@ -300,7 +304,11 @@ def main() -> int:
     ap.add_argument("--triton-cache", type=Path, default=None,
                     help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
     ap.add_argument("--label", default="", help="suffix of the triton phase's file names")
+    ap.add_argument("--stack-dump-s", type=float, default=None,
+                    help="print every thread's stack after this many seconds (a run that seems stuck)")
     args = ap.parse_args()
+    if args.stack_dump_s:
+        faulthandler.dump_traceback_later(args.stack_dump_s, exit=False)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     release = read_release_view(args.release)

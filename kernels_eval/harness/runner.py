@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import shutil
@@ -28,6 +29,7 @@ from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 
+log = logging.getLogger("hotshape.eval")  # phases and checked problems of a lanes run (the rows carry the rest)
 STAGES = ("compile", "correctness", "adoption", "performance", "done")
 TIMING_KEY = "_timing_pending"  # a checked verdict's entry for its deferred performance stage (see `evaluate`)
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
@@ -567,6 +569,7 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
                 _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit,
                            pending if phase == "lanes" else None)
         if pending:
+            log.info("timing %d checked problems", len(pending))
             by_device: dict[int | None, list] = {}
             for p, verdict, cfg in pending:
                 by_device.setdefault(cfg.device_index, []).append((p, verdict))
@@ -769,6 +772,7 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
     def on_verdict(p: Problem, verdict: dict) -> None:
         if TIMING_KEY in verdict:
             pending.append((p, verdict))  # list.append: one at a time across lane threads
+            log.info("checked %s %s in %.1f s", p.problem_id, p.operator, verdict.get("eval_s") or 0.0)
         else:
             emit(p, verdict, index, announce=True)
 
