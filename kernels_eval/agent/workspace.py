@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from catalogue.vocabulary import PHASES, UNKNOWN_PHASE
 from kernels_eval.agent.contract import operator_contract, reference_source
 
 LAYOUTS = ("hotshape", "atrex")
@@ -67,8 +68,8 @@ def _write_hotshape(root: Path, op: str, problems: list[dict], contract: dict) -
 
 
 def _phase_tag(problems: list[dict]) -> str:
-    phases = [p for p in ("prefill", "decode", "mixed") if any(x.get(f"weight_{p}", 0) > 0 for x in problems)]
-    return "/".join(phases) or "unknown"
+    phases = [p for p in PHASES if any(x.get(f"weight_{p}", 0) > 0 for x in problems)]
+    return "/".join(phases) or UNKNOWN_PHASE
 
 
 def _write_atrex(root: Path, op: str, problems: list[dict], contract: dict) -> list[str]:

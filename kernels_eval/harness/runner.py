@@ -30,7 +30,6 @@ from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 
 log = logging.getLogger("hotshape.eval")  # phases and checked problems of a lanes run (the rows carry the rest)
-STAGES = ("compile", "correctness", "adoption", "performance", "done")
 TIMING_KEY = "_timing_pending"  # a checked verdict's entry for its deferred performance stage (see `evaluate`)
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
 # later call in that worker fails at once, so the operator's next problem gets a fresh worker.
