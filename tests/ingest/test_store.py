@@ -133,6 +133,21 @@ def test_a_store_at_an_fsspec_url(tmp_path, scheme):
     assert store.write_views()["traces"][0]["path"] == "llama3-8b/graph.json.gz"
 
 
+def test_a_plain_directory_store_is_the_one_fsspec_writes(tmp_path):
+    """A directory path opens without fsspec (ingest.store.LocalFiles); file:// goes through fsspec: same files, same bytes."""
+    paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER)]
+    plain, url = TraceStore(tmp_path / "plain"), TraceStore(f"file://{tmp_path / 'url'}")
+    assert type(plain.fs).__name__ == "LocalFiles" and type(url.fs).__module__.startswith("fsspec")
+    for store in (plain, url):
+        store.ingest(paths, [GRAPH, EAGER], jobs=1)
+        store.write_views()
+    files = {name: sorted(p.relative_to(tmp_path / name) for p in (tmp_path / name).rglob("*") if p.is_file())
+             for name in ("plain", "url")}
+    assert files["plain"] == files["url"] and len(files["plain"]) > 10
+    assert all((tmp_path / "plain" / f).read_bytes() == (tmp_path / "url" / f).read_bytes() for f in files["plain"])
+    assert sorted(plain.ingest(paths, jobs=1).reused) == sorted(url.ingest(paths, jobs=1).reused) == plain.trace_ids()
+
+
 def test_a_quarantined_trace_is_remembered_and_not_read_again(tmp_path):
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-6])
