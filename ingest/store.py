@@ -34,7 +34,7 @@ import msgspec
 import polars as pl
 
 from ingest.schema import parquet
-from ingest.tracefile import TraceError, trace_id_of
+from ingest.tracefile import TraceError, prefetched_id, trace_id_of
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -71,6 +71,9 @@ class IngestReport:
 
 
 def _hash(path: Path) -> str | TraceError:
+    prefetched = prefetched_id(path)  # `hotshape ingest` of one trace has it read and hashed already
+    if prefetched is not None:
+        return prefetched
     try:
         return trace_id_of(Path(path).read_bytes())
     except OSError as exc:

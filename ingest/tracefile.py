@@ -70,6 +70,8 @@ class TraceBytes:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._outcome: tuple[str, bytes] | Exception | None = None
+        self._trace_id: str | None = None
+        self._hashed = threading.Event()  # set once the bytes are hashed (or reading failed), before the gunzip
         self._worker = threading.Thread(target=self._load, name="trace-bytes", daemon=True)
         self._worker.start()
 
@@ -79,9 +81,18 @@ class TraceBytes:
                 raw = self.path.read_bytes()
             except OSError as exc:
                 raise TraceError(self.path, f"cannot read ({exc.strerror})") from None
-            self._outcome = (trace_id_of(raw), decompress(self.path, raw))
+            self._trace_id = trace_id_of(raw)
+            self._hashed.set()
+            self._outcome = (self._trace_id, decompress(self.path, raw))
         except Exception as exc:  # raised again in the caller's thread by result()
             self._outcome = exc
+        finally:
+            self._hashed.set()
+
+    def trace_id(self) -> str | None:
+        """The file's trace id as soon as its bytes are hashed (the gunzip may still run); None if reading failed."""
+        self._hashed.wait()
+        return self._trace_id
 
     def head(self, n: int = 256) -> bytes:
         """The first `n` bytes of the decompressed text (to tell formats apart); b"" if reading failed."""
@@ -105,6 +116,13 @@ _PREFETCHED: dict[str, TraceBytes] = {}
 def prefetch(path: str | Path) -> None:
     """Start reading `path` now; the next `take(path)` gets it."""
     _PREFETCHED[str(path)] = TraceBytes(path)
+
+
+def prefetched_id(path: str | Path) -> str | None:
+    """The trace id of `path` from its prefetch (read once, hashed on the worker thread), or None when
+    it was not prefetched or could not be read."""
+    trace_bytes = _PREFETCHED.get(str(path))
+    return trace_bytes.trace_id() if trace_bytes is not None else None
 
 
 def take(path: str | Path) -> TraceBytes:
