@@ -11,11 +11,11 @@ import polars as pl
 def write_parquet_atomic(frame: pl.DataFrame, path: Path, columns: dict[str, tuple[str, str]]) -> None:
     """Write `frame` to `path` through a temporary file, so readers never see half a file; each column described
     from `columns` (a schema module's COLUMNS) in the field metadata."""
-    from ingest.field_metadata import frame_schema
+    from ingest.arrow_schema import described_schema
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    frame.write_parquet(tmp, compression="zstd", statistics=False, arrow_schema=frame_schema(frame, columns))
+    frame.write_parquet(tmp, compression="zstd", statistics=False, arrow_schema=described_schema(frame, columns))
     os.replace(tmp, path)
 
 

@@ -169,10 +169,10 @@ def parquet(frame: pl.DataFrame, table: str) -> bytes:
     footer's Arrow schema (the data pages are what polars writes without it)."""
     import io
 
-    from ingest.field_metadata import frame_schema
+    from ingest.arrow_schema import described_schema
 
     buf = io.BytesIO()
-    frame.write_parquet(buf, compression="zstd", statistics=False, arrow_schema=frame_schema(frame, descriptions(table)))
+    frame.write_parquet(buf, compression="zstd", statistics=False, arrow_schema=described_schema(frame, descriptions(table)))
     return buf.getvalue()
 
 

@@ -68,3 +68,36 @@ def test_classifying_each_combination_once_is_classifying_every_row(path, strip,
     monkeypatch.setattr(classify, "distinct_rows", classify.every_row)
     slow = ingest_trace(path).events
     assert fast.height > 0 and fast.equals(slow)
+
+
+def test_described_schemas_without_pyarrow_write_the_bytes_pyarrow_schemas_do(tmp_path):
+    """ingest.arrow_schema's ArrowSchema structs and pyarrow's schema give polars' writer the same file, for every
+    table a trace store holds (capture traces, views and empty frames included)."""
+    import io
+
+    from ingest.arrow_schema import DescribedSchema, export
+    from ingest.classify import op_shape_time
+    from ingest.field_metadata import frame_schema
+    from ingest.graphs import capture_traces_for, read_captures
+    from ingest.schema import descriptions
+    from ingest.store import provenance_rows
+
+    path = EXAMPLES / "qwen3-30b-a3b" / "graph.json.gz"
+    events = ingest_trace(path).events
+    traces = traces_frame_from([ingest_trace(path).summary])
+    tables = {"CLASSIFIED_EVENTS": events, "OP_SHAPE_TIME": op_shape_time(events), "PROVENANCE": provenance_rows(events),
+              "TRACES": traces, "CAPTURES": read_captures(capture_traces_for(path)), "KERNEL_EVENTS": read_events(path)}
+
+    def written(frame, schema) -> bytes:
+        buf = io.BytesIO()
+        frame.write_parquet(buf, compression="zstd", statistics=False, arrow_schema=schema)
+        return buf.getvalue()
+
+    for table, frame in tables.items():
+        for rows in (frame, frame.head(0)):
+            ours = export(rows, descriptions(table))
+            assert isinstance(ours, DescribedSchema), table
+            assert written(rows, ours) == written(rows, frame_schema(rows, descriptions(table))), table
+    assert export(pl.DataFrame({"x": [1.5]}, schema={"x": pl.Float32}), {"x": ("a float32", "")}) is None
+    with pytest.raises(KeyError, match="no description"):
+        export(events, {})

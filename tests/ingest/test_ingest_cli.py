@@ -114,3 +114,16 @@ def test_parallel_ingest_writes_what_one_process_writes(tmp_path):
     assert s1 == s2 and len(s1["traces"]) == 3
     assert ost1.equals(ost2)
     assert ev1.keys() == ev2.keys() and all(ev1[k].equals(ev2[k]) for k in ev1)
+
+
+def test_ingesting_one_trace_imports_no_arrow_numpy_or_fsspec(tmp_path):
+    """`hotshape ingest TRACE --out DIR` writes described Parquet (ingest.arrow_schema) to a plain directory
+    (ingest.store.LocalFiles): pyarrow, numpy and fsspec would be 0.15 s of its imports."""
+    code = ("import sys; from pipelines.cli import main; status = main(sys.argv[1:]); "
+            "print(sorted({'numpy', 'pyarrow', 'fsspec'} & {m.split('.')[0] for m in sys.modules}), status)")
+    trace = EXAMPLES / "traces/llama3-8b/eager.json.gz"
+    proc = subprocess.run([sys.executable, "-c", code, "ingest", str(trace), "--out", str(tmp_path / "store")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[] 0"
+    assert pq.read_schema(next((tmp_path / "store" / "kernel_events").glob("*.parquet"))).field("dur_ns").metadata[b"unit"] == b"ns"
