@@ -44,12 +44,14 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every sub-command that is installed."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every sub-command that is installed; given the command line `argv`, only
+    the command modules up to the one registering the sub-command it names are imported."""
     parser = argparse.ArgumentParser(prog="hotshape", description=__doc__)
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -58,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(subparsers)
+        if wanted in subparsers.choices:
+            break
     return parser
 
 
@@ -78,7 +82,7 @@ def error_line(exc: BaseException) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; its exit status (an error is one line on stderr; --debug shows the traceback)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -217,7 +217,7 @@ def test_uncaught_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch,
     def boom(args):
         raise RuntimeError("worker table\nbroken")
 
-    def parser():
+    def parser(argv=None):
         p = argparse.ArgumentParser(prog="hotshape")
         p.add_argument("--debug", action="store_true")
         p.add_subparsers(dest="command").add_parser("x").set_defaults(func=boom)
