@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import yaml
 
 DEFAULT_PATH = Path(__file__).with_name("taxonomy.yaml")
 OTHER = "other"
@@ -196,15 +195,50 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
 
 @lru_cache(maxsize=1)
 def _default() -> Taxonomy:
-    return _load(DEFAULT_PATH)
+    return parse_taxonomy(_cached_document(DEFAULT_PATH), str(DEFAULT_PATH))
 
 
 def _load(path: Path) -> Taxonomy:
+    return parse_taxonomy(_document(path), str(path))
+
+
+def _document(path: Path):
+    import yaml
+
     try:
         # libyaml's loader where pyyaml has it (a third of the default taxonomy's load time); same document.
-        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except OSError as exc:
         raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise TaxonomyError(f"{path}: invalid YAML ({exc})") from None
-    return parse_taxonomy(doc, str(path))
+
+
+def _cached_document(path: Path):
+    """The shipped taxonomy's YAML document, read from its JSON copy in the package's __pycache__ when one
+    was written for these exact bytes: importing pyyaml costs every `hotshape ingest` ~20 ms. The copy is
+    written as bytecode is (not under PYTHONDONTWRITEBYTECODE), only when JSON holds the document exactly."""
+    import hashlib
+    import json
+    import sys
+
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
+    cache = path.parent / "__pycache__" / f"{path.stem}.{hashlib.sha256(text).hexdigest()[:16]}.json"
+    try:
+        return json.loads(cache.read_bytes())
+    except (OSError, ValueError):
+        pass
+    doc = _document(path)
+    copy = json.dumps(doc)
+    if not sys.dont_write_bytecode and repr(json.loads(copy)) == repr(doc):
+        try:
+            cache.parent.mkdir(exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+            tmp.write_text(copy)
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a read-only install: the YAML is read each time
+    return doc
