@@ -99,7 +99,7 @@ class Chains:
         dims, types = list(map(attrgetter("dims"), args)), list(map(attrgetter("types"), args))
         keys = list(  # hashable entry contents, built without a Python-level loop over the ranges
             zip(
-                trace.ranges.names(used_rows),
+                trace.range_names(used_rows),
                 trace.ranges.is_op(used_rows),
                 map(and_, map(is_, dims, repeat(NULL_JSON)), map(is_, types, repeat(NULL_JSON))),  # no shape
                 map(b"\0".join, zip(dims, types, map(attrgetter("concrete"), args))),  # JSON text holds no NUL

@@ -29,6 +29,8 @@ from ingest.kineto_json import (
     OpArgs,
     Phase,
     decode_document,
+    name_of,
+    names,
 )
 from ingest.tracefile import TraceBytes, TraceError, trace_id_of  # noqa: F401  (TraceError, trace_id_of re-exported)
 
@@ -73,8 +75,8 @@ class CpuRanges:
     events: list[Event]  # the decoded events, one per row
 
     def names(self, rows: list[int]) -> list[str]:
-        """The names of the given ranges."""
-        return _no_none(list(map(attrgetter("name"), map(self.events.__getitem__, rows))))
+        """The names of the given ranges; Malformed if one is not a string."""
+        return _no_none(names(list(map(attrgetter("name"), map(self.events.__getitem__, rows)))))
 
     def is_op(self, rows: list[int]) -> list[bool]:
         """Whether each of the given ranges is an op (else an annotation)."""
@@ -91,6 +93,14 @@ class KinetoTrace:
     launches: LaunchRows
     ranges: CpuRanges
     events: int = 0
+
+    def range_names(self, rows: list[int]) -> list[str]:
+        """Names of the given CPU ranges, or a TraceError naming one whose name is not a string."""
+        try:
+            return self.ranges.names(rows)
+        except Malformed:
+            _raise_first_problem(Path(self.path), list(map(self.ranges.events.__getitem__, rows)))
+            raise
 
     def op_args(self, rows: list[int]) -> list[OpArgs]:
         """External id and raw shape args of the given CPU ranges, or a TraceError naming a malformed one."""
@@ -188,7 +198,7 @@ def _columns(events: list, base_ns: int) -> tuple[GpuActivities, LaunchRows, Cpu
 def _fields(events: list, fields: tuple[str, ...]) -> list[list]:
     columns = [_field(events, f) for f in fields]
     if fields[0] == "name":
-        columns[0] = _no_none(columns[0])
+        columns[0] = _no_none(names(columns[0]))
     return columns
 
 
@@ -245,13 +255,19 @@ def _rows_by_thread(pid: list, tid: list) -> dict[tuple, pl.Series]:
 
 
 def _raise_first_problem(path: Path, events: list[Event]) -> None:
-    """The TraceError of the first malformed event in file order (missing time, bad args)."""
+    """The TraceError of the first malformed event in file order (missing time, a name that is not a string,
+    bad args)."""
     for event in events:
         role = ROLES.get(event.cat)
         if role is None or event.ph is not Phase.X:
             continue
         if event.dur is None or event.dur < 0 or event.ts is None:
             _reject(path, event, role)
+        try:
+            names([event.name])
+        except Malformed:
+            what = {RANGE: "CPU", LAUNCH: "launch"}.get(role, "GPU")
+            raise TraceError(path, f"{what} event at ts={event.ts} has a name that is not a string: {name_of(event)}") from None
         if role is not RANGE:
             (GPU_ARGS if role is GPU else LAUNCH_ARGS).of(path, event)
 
@@ -259,10 +275,10 @@ def _raise_first_problem(path: Path, events: list[Event]) -> None:
 def _reject(path, event, role) -> None:
     what = {RANGE: "CPU", LAUNCH: "launch"}.get(role, "GPU")
     if event.ts is None:
-        raise TraceError(path, f"{what} event {event.name!r} has no timestamp")
+        raise TraceError(path, f"{what} event {name_of(event)!r} has no timestamp")
     if event.dur is None:
-        raise TraceError(path, f"{what} event {event.name!r} at ts={event.ts} has no duration")
-    raise TraceError(path, f"{what} event {event.name!r} at ts={event.ts} has negative duration {event.dur}")
+        raise TraceError(path, f"{what} event {name_of(event)!r} at ts={event.ts} has no duration")
+    raise TraceError(path, f"{what} event {name_of(event)!r} at ts={event.ts} has negative duration {event.dur}")
 
 
 def _int(value, fallback):

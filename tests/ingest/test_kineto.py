@@ -249,3 +249,21 @@ def test_reading_a_trace_imports_only_what_it_needs(public_traces):
     trace = public_traces / "tracelens/b200/eager_trace.json.gz"
     result = subprocess.run([sys.executable, "-c", code, trace], capture_output=True, text=True, check=True, cwd=REPO)
     assert result.stdout.split("\n")[:2] == ["[]", "['polars']"]
+
+
+def test_names_are_decoded_only_where_rows_need_them(public_traces, tmp_path):
+    """Event names stay JSON text until a row needs one: a number for the name of an event nothing reads (a
+    Python frame) changes nothing; for a kernel, a launch or an enclosing op the trace is rejected naming it."""
+    src = public_traces / "tracelens/b200/eager_trace.json.gz"
+    doc = load(src)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "python_function":
+            e["name"] = 12345
+    assert read_events(save(doc, tmp_path / "py.json.gz")).drop("trace_id").equals(read_events(src).drop("trace_id"))
+    for cat, what in (("kernel", "GPU"), ("cuda_runtime", "launch"), ("cpu_op", "CPU")):
+        doc = load(src)
+        event = next(e for e in doc["traceEvents"] if e.get("cat") == cat and e.get("ph") == "X"
+                     and (cat != "cpu_op" or e["name"] == "aten::mm"))
+        event["name"] = 12345
+        with pytest.raises(TraceError, match=f"{what} event at ts=.* has a name that is not a string: 12345"):
+            read_events(save(doc, tmp_path / f"{cat}.json.gz"))
