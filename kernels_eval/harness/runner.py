@@ -24,7 +24,6 @@ from pathlib import Path
 from kernels_eval import registry
 from kernels_eval.harness import adoption, channel, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
-from kernels_eval.harness.gate import GpuGate
 from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
@@ -33,6 +32,10 @@ log = logging.getLogger("hotshape.eval")  # phases and checked problems of a lan
 TIMING_KEY = "_timing_pending"  # a checked verdict's entry for its deferred performance stage (see `evaluate`)
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
 # later call in that worker fails at once, so the operator's next problem gets a fresh worker.
+# A lane's worker that runs out of device memory had a lane's share of it: the problem is judged again alone
+# (with the device's whole share) rather than failed for the other lanes' sake (seen on H200: an fp8 MoE problem of
+# 3 GiB interface needed more than a sixth of the device).
+OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory", re.IGNORECASE)
 CONTEXT_LOST = re.compile(r"illegal memory access|illegal instruction|misaligned address|unspecified launch "
                           r"failure|device-side assert|AcceleratorError|Triton Error \[CUDA\]", re.IGNORECASE)
 
@@ -98,10 +101,8 @@ class OperatorJudge:
     """Runs one operator file's problems, respawning the worker whenever a candidate kills it."""
 
     def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path,
-                 worker: WorkerProcess | None = None, gate: GpuGate | None = None) -> None:
+                 worker: WorkerProcess | None = None) -> None:
         self.operator, self.file, self.config, self.workdir = operator, file, config, workdir
-        # the device's gate, shared with the other lanes on it (harness/gate.py); a lone lane has its own
-        self.gate = gate if gate is not None else GpuGate()
         self.spec = registry.spec(operator)
         self.reference = registry.load_reference(operator)
         self.worker: WorkerProcess | None = worker  # a pre-started one (see `start_worker`), or spawned on need
@@ -134,9 +135,7 @@ class OperatorJudge:
                 self._clock("spawn", began)
         began = time.monotonic()
         try:
-            # the timed calls run alone on the device; every other command may run beside other lanes' work
-            with self.gate.exclusive() if message["cmd"] == "time" else self.gate.shared():
-                reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
+            reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
         except WorkerDied:
             self.worker = None
             raise
@@ -228,21 +227,20 @@ class OperatorJudge:
             reply = {"ok": False, "tamper": True, "error": f"TamperError: {tamper}"}
         if not reply.get("ok"):
             return reply, [reply.get("error", "call failed")], 0.0
-        with self.gate.shared():  # the parent's own GPU work, never inside another lane's timed window
-            began = time.monotonic()
-            got = self._import(reply.get("outputs"))
-            after = self._import(reply.get("inputs"))
-            self._clock("import", began)
-            began = time.monotonic()
-            before, expected, ties = self._expected(model, input_kwargs, seed)
-            self._clock("reference", began)
-            began = time.monotonic()
-            failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
-            failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
-            del got, after, before, expected, ties
-            if self.config.device == "cuda":
-                torch.cuda.empty_cache()
-            self._clock("compare", began)
+        began = time.monotonic()
+        got = self._import(reply.get("outputs"))
+        after = self._import(reply.get("inputs"))
+        self._clock("import", began)
+        began = time.monotonic()
+        before, expected, ties = self._expected(model, input_kwargs, seed)
+        self._clock("reference", began)
+        began = time.monotonic()
+        failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
+        failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
+        del got, after, before, expected, ties
+        if self.config.device == "cuda":
+            torch.cuda.empty_cache()
+        self._clock("compare", began)
         return reply, failures, err
 
     def _observe(self, reply: dict) -> str | None:
@@ -277,10 +275,9 @@ class OperatorJudge:
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
                 began = time.monotonic()
-                with self.gate.shared():
-                    model = self.reference.Model(**init_kwargs)
-                    if gpu:
-                        model = model.to("cuda")
+                model = self.reference.Model(**init_kwargs)
+                if gpu:
+                    model = model.to("cuda")
                 self._clock("reference_model", began)
                 reply = self._init(init_kwargs)
                 if not reply.get("ok"):
@@ -383,8 +380,7 @@ class OperatorJudge:
                                                  f"after a call had returned ({', '.join(deferred)})")
             if not windowed["native"]:
                 return self._fail(v, "adoption", f"timed calls: {windowed['reason']}")
-            with self.gate.shared():
-                wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
+            wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
         except WorkerDied as exc:
             return self._fail(v, "performance", str(exc))
         if wrong:
@@ -403,8 +399,7 @@ class OperatorJudge:
                  t_event_s=q_event["median"], sm_clock_mhz=timed.get("sm_clock_mhz"),
                  timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"))
         if self.config.time_reference:
-            with self.gate.exclusive():
-                v["t_reference_s"] = self._reference_time(model, input_kwargs)
+            v["t_reference_s"] = self._reference_time(model, input_kwargs)
         v["stage"] = "done"
         return v
 
@@ -508,8 +503,8 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     the operators are sharded over them longest-first (harness/shard.py): one thread per device judges its
     operators there, one worker at a time shown only that device; rows reach `sink` one at a time. With
     `lanes` > 1 each device checks that many operators at once, one worker each (compiling, autotuning and the
-    correctness and adoption calls overlap), then times the checked problems one at a time; their GPU work goes
-    through the device's gate (harness/gate.py), so no timed window ever shares the device."""
+    correctness and adoption calls overlap), then times the checked problems one at a time, so no timed window
+    ever shares the device with another lane's work."""
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, not {lanes}")
     if not isinstance(release, ReleaseView):
@@ -553,8 +548,9 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     targets = [replace(config, device_index=d) for d in devices] if devices else [config]
     # Lanes on a GPU: every problem is checked first, several operators at once (compiling and autotuning
     # overlap), then the checked problems are timed one at a time per device: a timed window shares the device
-    # with nothing, and never waits for another lane's compile (which a shared gate would make it do). Problems
-    # too large to share the device are checked (and timed) after the lanes' checks, alone.
+    # with nothing (measured on H200 with a readers-writer gate around timed calls instead: each timing waited
+    # for the other lanes' in-flight compiles, 3x slower per problem than one lane). Problems too large to share
+    # the device are checked (and timed) after the lanes' checks, alone.
     two_phase = lanes > 1 and config.device == "cuda"
     alone = _too_large_for_lanes(release, chosen) if two_phase else set()
     if two_phase and config.triton_cache is None:  # the timing phase's workers load what the checks compiled
@@ -565,8 +561,10 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
             subset = {op: [p for p in plist if (p.problem_id in alone) == keep] for op, plist in by_op.items()}
             subset = {op: plist for op, plist in subset.items() if plist}
             if subset:
+                retry: list[Problem] = []
                 _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit,
-                           pending if phase == "lanes" else None)
+                           pending if phase == "lanes" else None, retry if phase == "lanes" and two_phase else None)
+                alone |= {p.problem_id for p in retry}
         if pending:
             log.info("timing %d checked problems", len(pending))
             by_device: dict[int | None, list] = {}
@@ -616,41 +614,45 @@ def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str
 
 
 def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes: int, files: dict, workdir: Path,
-               emit, pending: list | None = None) -> None:
+               emit, pending: list | None = None, retry: list | None = None) -> None:
     """Judge `by_op` on `targets` (one config per device) with `lanes` operators at once per device: operators
-    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane, one gate per device. With
-    `pending`, checked problems are left there as (problem, verdict, config) for `_time_checked`."""
+    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane. With
+    `pending`, checked problems are left there as (problem, verdict, config) for `_time_checked`; with `retry`,
+    problems whose worker ran out of device memory are left there (to be judged alone) instead of failed."""
     if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
         targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes))
                    for t in targets]
-    gates = [GpuGate() for _ in targets]
     if len(targets) * lanes > 1:
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 
         costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
         plan = lpt_plan(costs, len(targets) * lanes)  # bin i runs on target i % len(targets)
-        shards = [(targets[i % len(targets)], gates[i % len(targets)], shard) for i, shard in enumerate(plan) if shard]
+        shards = [(targets[i % len(targets)], shard) for i, shard in enumerate(plan) if shard]
     else:
-        shards = [(targets[0], gates[0], list(by_op))]
+        shards = [(targets[0], list(by_op))]
     workdir.mkdir(parents=True, exist_ok=True)
     lane_pending = [[] if pending is not None else None for _ in shards]
+    lane_retry = [[] if retry is not None else None for _ in shards]
     if len(shards) == 1:
-        _run_shard(shards[0][2], by_op, files, shards[0][0], workdir, emit, shards[0][1], None, lane_pending[0])
+        _run_shard(shards[0][1], by_op, files, shards[0][0], workdir, emit, None, lane_pending[0], lane_retry[0])
     else:
-        threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, gate, lane,
-                                                             lane_pending[lane]),
+        threads = [threading.Thread(target=_run_shard, args=(shard, by_op, files, cfg, workdir, emit, lane,
+                                                             lane_pending[lane], lane_retry[lane]),
                                     name=f"eval-device-{cfg.device_index}-lane-{lane}", daemon=True)
-                   for lane, (cfg, gate, shard) in enumerate(shards)]
+                   for lane, (cfg, shard) in enumerate(shards)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     if pending is not None:
-        for (cfg, _, _), checked in zip(shards, lane_pending):
+        for (cfg, _), checked in zip(shards, lane_pending):
             pending.extend((p, verdict, cfg) for p, verdict in checked)
+    if retry is not None:
+        retry.extend(p for again in lane_retry for p in again)
     # a lane thread that died outright left problems unjudged: each still gets its one row
     left = {p.problem_id for p, _, _ in pending} if pending is not None else set()
-    for cfg, _, shard in shards:
+    left |= {p.problem_id for p in retry} if retry is not None else set()
+    for cfg, shard in shards:
         for op in shard:
             for p in by_op[op]:
                 if p.problem_id not in left:
@@ -737,9 +739,10 @@ def _row_device(config: EvalConfig) -> int | None:
 
 
 def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,
-               emit, gate: GpuGate, lane: int | None = None, pending: list | None = None) -> None:
+               emit, lane: int | None = None, pending: list | None = None, retry: list | None = None) -> None:
     """Judge the operators of one lane of a device in order, each problem's row to `emit` as it is judged; with
-    `pending` (a list) a verdict left for the timing phase goes there as (problem, verdict) instead. An error of
+    `pending` (a list) a verdict left for the timing phase goes there as (problem, verdict) instead, and with
+    `retry` a problem whose worker ran out of device memory goes there (OUT_OF_MEMORY). An error of
     the device (it cannot be selected, an operator's judging raises) fails only the problems it left
     unjudged."""
     index = _row_device(config)
@@ -769,7 +772,10 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                 pass  # started on demand instead
 
     def on_verdict(p: Problem, verdict: dict) -> None:
-        if TIMING_KEY in verdict:
+        if retry is not None and OUT_OF_MEMORY.search(verdict.get("error") or ""):
+            retry.append(p)
+            log.info("out of a lane's memory: %s %s is judged again alone", p.problem_id, p.operator)
+        elif TIMING_KEY in verdict:
             pending.append((p, verdict))  # list.append: one at a time across lane threads
             log.info("checked %s %s in %.1f s", p.problem_id, p.operator, verdict.get("eval_s") or 0.0)
         else:
@@ -791,12 +797,13 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                             for p in plist}
             else:
                 try:
-                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None), gate,
+                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None),
                                                defer_timing=pending is not None)
                 except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
                     error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
                     verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}
             deferred = {q.problem_id for q, _ in pending} if pending is not None else set()
+            deferred |= {q.problem_id for q in retry} if retry is not None else set()
             for p in plist:
                 if TIMING_KEY not in verdicts[p.problem_id] and p.problem_id not in deferred:
                     emit(p, verdicts[p.problem_id], index)
@@ -836,14 +843,13 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
-                    progress, worker: WorkerProcess | None = None, gate: GpuGate | None = None,
-                    defer_timing: bool = False) -> dict[str, dict]:
+                    progress, worker: WorkerProcess | None = None, defer_timing: bool = False) -> dict[str, dict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
     running out of memory) fails only that problem, with the error named; so does a candidate error that kills
     the worker's CUDA context (an illegal address, say): the next problem starts a fresh worker (seen on H200:
     one faulting problem failed the operator's 20 others in under a millisecond each)."""
-    judge = OperatorJudge(op, file, config, workdir, worker, gate)
+    judge = OperatorJudge(op, file, config, workdir, worker)
     if config.device == "cpu":
         groups = [(plist, [(dict(s.init), dict(s.inputs)) for s in judge.spec.smoke])]
     else:
@@ -863,7 +869,7 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
                 _free_device_memory(config.device)
             if fresh:
                 judge.close()
-                judge = OperatorJudge(op, file, config, workdir, gate=gate)
+                judge = OperatorJudge(op, file, config, workdir)
             verdict["eval_s"] = time.monotonic() - t0
             for p in problems:
                 verdicts[p.problem_id] = verdict

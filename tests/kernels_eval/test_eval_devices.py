@@ -149,7 +149,7 @@ def test_sharded_run_fails_only_the_problems_of_the_operator_that_raised(monkeyp
     """The merge without workers: a fake judge per operator; one raises midway, one device cannot start."""
     judged_on: dict[str, str] = {}
 
-    def judge(op, file, plist, config, workdir, progress, worker=None, gate=None, defer_timing=False):
+    def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
         judged_on[op] = threading.current_thread().name
         if op == "silu_and_mul":
             progress(plist[0], {"stage": "done", "compiled": True, "correct": True, "native": True})
