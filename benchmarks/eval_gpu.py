@@ -49,11 +49,11 @@ def spread(items: list, n: int) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
-def phase_adversarial(release, out: Path) -> dict:
+def phase_adversarial(release, out: Path, only: list[str] | None = None) -> dict:
     cases = []
     for case in sorted(p for p in ADVERSARIAL.iterdir() if (p / "expected.json").is_file()):
         expected = json.loads((case / "expected.json").read_text())
-        if "cuda" not in expected["devices"]:
+        if "cuda" not in expected["devices"] or (only and case.name not in only):
             continue
         ops = expected.get("operators") or [expected["operator"]]
         chosen = []
@@ -300,6 +300,7 @@ def main() -> int:
     ap.add_argument("--problems", default=None, help="comma-separated problem ids for the triton phase")
     ap.add_argument("--device", default="cuda", help="the triton phase's device (cpu: a dry run of a plan, smoke "
                                                      "shapes under Triton's interpreter)")
+    ap.add_argument("--cases", default=None, help="comma-separated adversarial cases (default: every GPU case)")
     ap.add_argument("--lanes", type=int, default=1, help="the triton phase's operators at once (eval --lanes)")
     ap.add_argument("--triton-cache", type=Path, default=None,
                     help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
@@ -314,7 +315,7 @@ def main() -> int:
     release = read_release_view(args.release)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if "adversarial" in phases:
-        phase_adversarial(release, out)
+        phase_adversarial(release, out, args.cases.split(",") if args.cases else None)
     if "honest" in phases:
         phase_honest(release, out, args.honest_per_op)
     if "triton" in phases:

@@ -22,6 +22,6 @@ LOG="$OUT/eval_gpu/eval_gpu_${PHASES//,/_}.log"
   date -u +%FT%TZ
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-  python3 benchmarks/eval_gpu.py --release "$RELEASE" --out "$OUT/eval_gpu" --phases "$PHASES" ${FULL_OPS:+--full-ops "$FULL_OPS"} ${FULL_PER_OP:+--full-per-op "$FULL_PER_OP"} ${PROBLEMS:+--problems "$PROBLEMS"} ${EVAL_DEVICE:+--device "$EVAL_DEVICE"} ${LANES:+--lanes "$LANES"} ${TRITON_CACHE:+--triton-cache "$TRITON_CACHE"} ${LABEL:+--label "$LABEL"} ${STACK_DUMP_S:+--stack-dump-s "$STACK_DUMP_S"}
+  python3 benchmarks/eval_gpu.py --release "$RELEASE" --out "$OUT/eval_gpu" --phases "$PHASES" ${FULL_OPS:+--full-ops "$FULL_OPS"} ${FULL_PER_OP:+--full-per-op "$FULL_PER_OP"} ${PROBLEMS:+--problems "$PROBLEMS"} ${EVAL_DEVICE:+--device "$EVAL_DEVICE"} ${LANES:+--lanes "$LANES"} ${TRITON_CACHE:+--triton-cache "$TRITON_CACHE"} ${LABEL:+--label "$LABEL"} ${STACK_DUMP_S:+--stack-dump-s "$STACK_DUMP_S"} ${CASES:+--cases "$CASES"}
   date -u +%FT%TZ
 } 2>&1 | tee -a "$LOG"
