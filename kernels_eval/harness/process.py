@@ -41,12 +41,13 @@ class WorkerProcess:
     def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float,
                  wait: bool = True, sandboxed: bool = True, max_processes: int = 64, scratch: Path | None = None,
                  files: tuple[Path, ...] = (), use_cgroup: bool = True, visible_device: int | None = None,
-                 triton_cache: Path | None = None) -> None:
+                 triton_cache: Path | None = None, keep_autotuning: bool = True) -> None:
         """Spawn the worker (in the sandbox unless sandboxed=False; `scratch` is its one writable directory,
         `files` the candidate files it may read); with wait=False return at once and let the first request
         wait for its ready line (so the next operator's worker can import torch while the current one is
         judged). `visible_device` (a CUDA index of this process) is the one GPU the worker is shown;
-        `triton_cache` the candidate file's persistent compile cache (None: the run's own, in `scratch`)."""
+        `triton_cache` the candidate file's persistent compile cache (None: the run's own, in `scratch`), where
+        Triton also keeps the file's autotuning unless keep_autotuning=False."""
         bwrap = sandbox.find_bwrap() if sandboxed else None
         if sandboxed and bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
@@ -57,7 +58,8 @@ class WorkerProcess:
         argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w), str(obs_w)]
         if bwrap is not None:
             argv, env = sandbox.bwrap_command(bwrap, argv, device=device, scratch=scratch or log_path.parent,
-                                              files=files, visible_device=visible_device, file_cache=triton_cache)
+                                              files=files, visible_device=visible_device, file_cache=triton_cache,
+                                              keep_autotuning=keep_autotuning)
         else:
             env = {k: v for k, v in os.environ.items() if not k.startswith("HOTSHAPE_")}
             # the worker imports kernels_eval from this checkout even where the package is not installed
@@ -65,7 +67,8 @@ class WorkerProcess:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
             if triton_cache is not None:
                 env["TRITON_CACHE_DIR"] = str(triton_cache)
-                env[sandbox.AUTOTUNE_CACHE_ENV] = "1"
+                if keep_autotuning:
+                    env[sandbox.AUTOTUNE_CACHE_ENV] = "1"
             if device == "cpu":
                 env["TRITON_INTERPRET"] = "1"
             else:

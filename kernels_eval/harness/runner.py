@@ -54,6 +54,7 @@ class EvalConfig:
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     triton_cache: Path | None = None  # root of the per-file compile caches (harness/triton_cache.py); None: cold
     markers_cache: Path | None = None  # the run's compiled markers, shown read-only to workers (markers.compile_into)
+    keep_autotuning: bool = True  # with a persistent cache, Triton keeps (and reuses) the file's autotuning there
     gpu_memory_fraction: float = 0.45
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
@@ -620,8 +621,11 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
     `pending`, checked problems are left there as (problem, verdict, config) for `_time_checked`; with `retry`,
     problems whose worker ran out of device memory are left there (to be judged alone) instead of failed."""
     if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
-        targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes))
-                   for t in targets]
+        # Autotuning beside other lanes' kernels picks other configurations (seen on H200: small autotuned
+        # layer_norm problems 20-25% slower or faster than a one-lane run's picks): the lanes' picks serve their
+        # checks only; the timing phase, alone on the device, autotunes again and keeps what it picked.
+        targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes),
+                           keep_autotuning=False) for t in targets]
     if len(targets) * lanes > 1:
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 
@@ -839,7 +843,8 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
                          files=config.candidate_files + ((config.markers_cache,) if config.markers_cache else ()),
                          visible_device=config.device_index if config.device == "cuda" else None,
                          triton_cache=file_cache_dir(config.triton_cache, file)
-                         if config.triton_cache is not None and file is not None else None)
+                         if config.triton_cache is not None and file is not None else None,
+                         keep_autotuning=config.keep_autotuning)
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,

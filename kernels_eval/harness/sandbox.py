@@ -153,7 +153,8 @@ def sandbox_env(device: str, triton_cache: Path, environ: Mapping[str, str] | No
 def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path, files: Iterable[Path] = (),
                   file_cache: Path | None = None,
                   environ: Mapping[str, str] | None = None,
-                  visible_device: int | None = None) -> tuple[list[str], dict[str, str]]:
+                  visible_device: int | None = None,
+                  keep_autotuning: bool = True) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run `command` in the sandbox; start it with exactly that env (see the module doc).
     `visible_device`: the evaluator's CUDA index of the one GPU the sandbox shows (its node, and
     CUDA_VISIBLE_DEVICES); `file_cache`: a host directory bound read-write at TRITON_CACHE_DIR (else that is
@@ -196,7 +197,7 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     for f in sorted({os.path.abspath(f) for f in files}):
         args += ["--ro-bind", f, f]  # at its own path: the worker imports it by the path the parent sends
     env = sandbox_env(device, triton_cache, environ, visible)
-    if file_cache is not None:
+    if file_cache is not None and keep_autotuning:
         env[AUTOTUNE_CACHE_ENV] = "1"
     args += ["--chdir", "/tmp", "--clearenv"]
     for k, v in sorted(env.items()):

@@ -32,7 +32,7 @@ def _recording_judge(seen: dict, order: list):
         for p in plist:
             seen[p.problem_id] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index,
                                   Path(workdir).parent.name if Path(workdir).name.startswith("lane-")
-                                  else Path(workdir).name)
+                                  else Path(workdir).name, config.keep_autotuning)
             order.append(p.problem_id)
         time.sleep(0.01)
         return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
@@ -91,6 +91,7 @@ def test_problems_too_large_to_share_the_device_are_judged_alone_after_the_lanes
     assert {pid for pid, v in seen.items() if v[3] == "alone"} == alone
     assert set(order[-2:]) == alone  # after every lane's problem
     assert all(seen[pid][0] == 0.45 for pid in alone)  # with the device's whole share
+    assert all(seen[pid][4] for pid in alone) and not any(seen[pid][4] for pid in set(seen) - alone)
     assert [seen[pid][0] for pid in sorted(set(seen) - alone)] == [pytest.approx(0.8 / 3)] * 5
     seen.clear()
     runner.evaluate(sub, view, config=config)  # one lane: nothing is set apart
@@ -144,6 +145,7 @@ def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatc
         return out
 
     def time_checked(self, v):
+        assert self.config.keep_autotuning and self.config.gpu_memory_fraction == 0.45  # alone on the device
         t0 = time.monotonic()
         time.sleep(0.01)
         v.pop(runner.TIMING_KEY)

@@ -39,6 +39,9 @@ def test_only_the_files_own_cache_is_bound_writable(tmp_path):
     assert env["TRITON_CACHE_AUTOTUNING"] == "1" and "--setenv" in argv
     _, cold = sandbox.bwrap_command("bwrap", ["python"], device="cpu", scratch=scratch, environ={})
     assert "TRITON_CACHE_AUTOTUNING" not in cold
+    _, checks = sandbox.bwrap_command("bwrap", ["python"], device="cpu", scratch=scratch, file_cache=cache,
+                                      environ={}, keep_autotuning=False)  # a lanes run's checks: none kept
+    assert "TRITON_CACHE_AUTOTUNING" not in checks and checks["TRITON_CACHE_DIR"] == env["TRITON_CACHE_DIR"]
 
 
 def test_prune_drops_a_cache_over_its_limit(tmp_path):
