@@ -1,7 +1,8 @@
 """Ingest speed and peak memory on one large trace: hotshape vs HTA's load vs bare JSON parsing.
 
-Each contender runs in a fresh process (so peak RSS is its own), REPEATS times, in rounds of one
-run each; the table shows the medians of wall time, CPU time and peak RSS. Usage (see
+Each contender runs in a fresh process (so peak RSS is its own), once to warm up (its bytecode
+cached, the trace in the page cache: what an installed command finds), then REPEATS times, in
+rounds of one run each; the table shows the medians of wall time, CPU time and peak RSS. Usage (see
 benchmarks/README.md):
 
     python benchmarks/ingest_vs_hta.py TRACE --hotshape-python .venv/bin/python \
@@ -55,10 +56,17 @@ CONTENDERS = {
 }
 
 
+# Contenders may write their bytecode caches, as an installed package has them (pip compiles a
+# wheel's modules; HTA's are): PYTHONDONTWRITEBYTECODE in the caller's environment would make every
+# run of a source checkout compile its modules again.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run_once(python: str, code: str, trace: Path) -> tuple[float, int, float]:
     """Wall seconds, peak RSS bytes and CPU seconds of one fresh process running `code` on `trace`."""
     start = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", code, str(trace)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([python, "-c", code, str(trace)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=CHILD_ENV)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode()
@@ -81,7 +89,9 @@ def main() -> int:
     contenders = {name: (pythons[env], code) for name, (env, code) in CONTENDERS.items() if pythons[env] is not None}
     # Rounds of one run per contender, so that a change in the machine's load hits all of them alike.
     runs_of: dict[str, list] = {name: [] for name in contenders}
-    load_before = os.getloadavg()[0]
+    for python, code in contenders.values():
+        run_once(python, code, args.trace)  # warm-up, not counted
+    uptime_before = os.getloadavg()  # 1, 5 and 15-minute load averages, as `uptime` shows them
     for _ in range(args.repeats):
         for name, (python, code) in contenders.items():
             runs_of[name].append(run_once(python, code, args.trace))
@@ -97,7 +107,8 @@ def main() -> int:
                 "cpu_s": statistics.median(r[2] for r in runs),
             }
         )
-    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]  # 1-minute load average, before and after
+    uptime_after = os.getloadavg()
+    load = [round(uptime_before[0], 2), round(uptime_after[0], 2)]  # 1-minute load average, before and after
     base = {r["contender"]: r for r in rows}
     print(f"trace: {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz, {raw_mb:.1f} MB JSON), load {load}")
     print(f"{'contender':<26}{'wall s':>8}{'cpu s':>8}{'peak RSS MB':>13}{'wall vs HTA':>13}{'cpu vs HTA':>12}")
@@ -107,7 +118,9 @@ def main() -> int:
         cpu_ratio = f"{hta['cpu_s'] / r['cpu_s']:.1f}x" if hta else "-"
         print(f"{r['contender']:<26}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['peak_rss_mb']:>13.0f}{wall_ratio:>13}{cpu_ratio:>12}")
     if args.json:
-        doc = {"trace": str(args.trace), "json_mb": raw_mb, "repeats": args.repeats, "load_average": load, "rows": rows}
+        doc = {"trace": str(args.trace), "json_mb": raw_mb, "repeats": args.repeats, "load_average": load,
+               "uptime_load_before": [round(x, 2) for x in uptime_before],
+               "uptime_load_after": [round(x, 2) for x in uptime_after], "rows": rows}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
