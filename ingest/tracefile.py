@@ -25,6 +25,7 @@ def trace_id_of(raw: bytes) -> str:
 
 
 _DEFLATE_MAX_RATIO = 1032  # deflate cannot expand its input more than this
+_GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1, ID2 and CM (deflate, the one method) that every gzip member begins with
 
 
 def decompress(path: Path, raw: bytes) -> bytes:
@@ -32,16 +33,19 @@ def decompress(path: Path, raw: bytes) -> bytes:
     if raw[:2] != b"\x1f\x8b":
         return raw
     # The gzip trailer holds the text's size (mod 2**32): inflating into a buffer of exactly that
-    # size takes 2/3 of gzip.decompress's time and no second copy of the text. zlib stops after
-    # the first gzip member, so the trailer's CRC must match too; anything else (several members,
-    # a damaged file whose "trailer" is noise) goes the general way. The one case this cannot tell
-    # apart is a file whose members all hold the same text: it reads as one copy of that text.
-    # Checking for it (zlib.decompressobj's unused_data) costs half again the inflate time.
+    # size takes 2/3 of gzip.decompress's time and no second copy of the text. zlib checks the
+    # first member's own CRC and size and stops after it, so the file's last trailer must be that
+    # member's: no second member can start where the gzip magic occurs nowhere after the header;
+    # else the text's CRC must match the last trailer's too (0.02 s for 82 MB, found in a
+    # compressed file now and then). Anything else (several members, a damaged file whose
+    # "trailer" is noise) goes the general way. The one case this cannot tell apart is a file
+    # whose members all hold the same text: it reads as one copy of that text. Checking for it
+    # (zlib.decompressobj's unused_data) costs half again the inflate time.
     crc, size = struct.unpack("<II", raw[-8:]) if len(raw) >= 8 else (None, 0)
     if size <= len(raw) * _DEFLATE_MAX_RATIO:
         try:
             text = zlib.decompress(raw, wbits=31, bufsize=max(size, 1))
-            if len(text) % 2**32 == size and zlib.crc32(text) == crc:
+            if len(text) % 2**32 == size and (raw.find(_GZIP_MAGIC, 10) < 0 or zlib.crc32(text) == crc):
                 return text
         except (zlib.error, MemoryError):
             pass

@@ -227,6 +227,23 @@ def test_gzip_of_several_members_is_read_whole(public_traces, tmp_path):
         read_events(garbage)
 
 
+def test_one_gzip_member_is_told_from_several_with_or_without_the_magic_inside(public_traces):
+    """Without the gzip magic after the header a file is one member, and zlib's own checks are the whole
+    check; where the magic occurs (stored blocks copy it from the text) the trailer's CRC decides."""
+    from ingest.tracefile import decompress
+
+    src = public_traces / "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    magic = b"\x1f\x8b\x08"
+    one = gzip.compress(text)
+    stored = gzip.compress(text + magic, compresslevel=0)
+    k = len(text) // 3
+    same_sizes = gzip.compress(text[:k]) + gzip.compress(text[k:-k]) + gzip.compress(text[-k:])
+    assert one.find(magic, 10) < 0 < stored.find(magic, 10)
+    assert decompress(src, one) == text and decompress(src, stored) == text + magic
+    assert decompress(src, same_sizes) == text  # the second member's magic sends it to the CRC, which differs
+
+
 def test_unlisted_categories_and_phases_are_skipped(public_traces, tmp_path):
     """Categories and phases are decoded to shared values; ones outside the lists still read, as ignored events."""
     src = public_traces / "tracelens/b200/eager_trace.json.gz"
