@@ -93,7 +93,7 @@ def test_targets_say_by_how_much_and_why(board, monkeypatch):
 
 def test_every_reason_names_a_catalogue_operator():
     why = yaml.safe_load((REPO / "benchmarks" / "results" / "triton_reference" / "why.yaml").read_text())["why"]
-    catalogue = {p.stem for p in (REPO / "kernels_eval" / "work").glob("*.py") if not p.stem.startswith("_")}
+    catalogue = {p.stem for p in (REPO / "catalogue" / "work").glob("*.py") if not p.stem.startswith("_")}
     assert why and set(why) <= catalogue
 
 
