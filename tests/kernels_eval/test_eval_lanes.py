@@ -213,3 +213,14 @@ def test_a_problem_out_of_a_lanes_memory_is_judged_again_alone(monkeypatch, tmp_
     one = {r["problem_id"]: r for r in runner.evaluate(sub, view, config=config)}  # one lane: no second try
     assert one["gemm-1"]["stage"] == "compile" and "OutOfMemoryError" in one["gemm-1"]["error"]
     assert len(calls) == 4
+
+
+def test_lanes_below_one_is_refused_before_anything_is_read(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "eval", str(HONEST), "--release",
+                           str(tmp_path / "none"), "--lanes", "0", "--out", str(tmp_path / "r.parquet")],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 2 and done.stderr.strip() == "hotshape eval: --lanes 0: at least 1"
+    assert not (tmp_path / "r.parquet").exists()
