@@ -195,3 +195,34 @@ def test_bidirectional_attention_is_no_serving_phase():
     assert phase_from_shape("attention_forward", {"num_heads": 12, "head_dim": 64, "seq_lens": [197] * 4}) is None
     assert phase_from_shape("attention_forward", {"seq_lens": [1] * 4, "kv_lens": [90] * 4}) == "decode"
     assert phase_from_shape("attention_forward", {"seq_lens": [9], "is_causal": True}) == "prefill"
+
+
+def test_rocprofv3_json_memory_copies_conserve_time_on_their_gpu(tmp_path):
+    """The MI350X fixture traced no copies: the same document with memory_copy records added as rocprofv3
+    writes them (operation indexes MEMORY_COPY's operations, agents by handle, ns timestamps) ingests with every
+    copy as a memcpy row on the GPU end of the copy (the destination, or the source of a copy to the host), and
+    the time of kernels and copies together conserved to the ns."""
+    raw = json.loads(gzip.decompress((PUBLIC / "rocprofv3_mi350x_908.json.gz").read_bytes()))
+    doc = raw["rocprofiler-sdk-tool"][0]
+    ops = next(e["operations"] for e in doc["strings"]["buffer_records"] if e["kind"] == "MEMORY_COPY")
+    host, gpu0, gpu1 = ({"handle": a["id"]["handle"]} for a in (doc["agents"][0], doc["agents"][2], doc["agents"][3]))
+    first = doc["buffer_records"]["kernel_dispatch"][0]["start_timestamp"]
+    copies = [("MEMORY_COPY_HOST_TO_DEVICE", host, gpu1, 1_000, 4_321), ("MEMORY_COPY_DEVICE_TO_HOST", gpu1, host, 9_000, 777),
+              ("MEMORY_COPY_DEVICE_TO_DEVICE", gpu0, gpu1, 20_000, 1_234)]
+    doc["buffer_records"]["memory_copy"] = [
+        {"size": 96, "kind": 10, "operation": ops.index(op), "thread_id": 908,
+         "correlation_id": {"internal": 900_000 + k, "external": 0}, "start_timestamp": first - 50_000 + at,
+         "end_timestamp": first - 50_000 + at + dur, "dst_agent_id": dst, "src_agent_id": src, "bytes": 1 << 20}
+        for k, (op, src, dst, at, dur) in enumerate(copies)]
+    path = tmp_path / "with_copies.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    result = ingest_trace(path)
+    ev = result.events
+    kernels = sum(r["end_timestamp"] - r["start_timestamp"] for r in doc["buffer_records"]["kernel_dispatch"])
+    assert result.summary["gpu_ns"] == kernels + 4_321 + 777 + 1_234
+    assert result.summary["attributed_ns"] + result.summary["unattributed_ns"] == result.summary["gpu_ns"]
+    got = ev.filter(pl.col("category") == "memcpy").sort("ts_ns")
+    assert got["kernel"].to_list() == ["Memcpy HOST_TO_DEVICE", "Memcpy DEVICE_TO_HOST", "Memcpy DEVICE_TO_DEVICE"]
+    assert got["dur_ns"].to_list() == [4_321, 777, 1_234]
+    assert got["device"].to_list() == [1, 1, 1]  # gpu1 is GPU index 1: the destination, the source to host, dst
+    assert set(got["operator"]) == {"memcpy"}
