@@ -21,6 +21,7 @@ trace without a summary, which the store does not count as present and the next 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import json
@@ -384,6 +385,10 @@ def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
     from ingest.pipeline import failure_reason, ingest_trace
 
     url, path, name, digests, taxonomy = task
+    if store is None and url not in _OPEN:
+        # A worker process's first trace: what it has imported by now (polars, and a Dask worker's own
+        # machinery) lives as long as the process; frozen, the collector no longer walks it again and again.
+        gc.freeze()
     store = store or _OPEN.setdefault(url, TraceStore(url))
     capture_events = store.captures_for(digests)
     try:
