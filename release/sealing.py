@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import zlib
 from dataclasses import dataclass, field
@@ -105,11 +104,11 @@ def public_files(root: str | Path) -> list[str]:
 def parquet_strings(data: bytes) -> list[tuple[str, str]]:
     """(where, text) for every string a Parquet file decodes to: metadata, names and values."""
     out: list[tuple[str, str]] = []
-    meta = pq.read_metadata(io.BytesIO(data))
+    meta = pq.read_metadata(pa.BufferReader(data))
     out.append(("created_by", meta.created_by or ""))
     for k, v in (meta.metadata or {}).items():
         out.append(("key-value metadata", k.decode(errors="replace") + "=" + v.decode(errors="replace")))
-    table = pq.read_table(io.BytesIO(data))
+    table = pq.read_table(pa.BufferReader(data))  # not a BytesIO: see release_view
     for f in table.schema:
         out.append(("column name", f.name))
     for name in table.column_names:
