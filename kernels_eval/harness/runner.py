@@ -88,7 +88,7 @@ def detect_hardware(device: str, known: list[str] = ()) -> str:
 
     names = list(known)
     try:
-        from kernels_eval.hardware import load_hardware
+        from catalogue.hardware import load_hardware
 
         names += list(load_hardware())
     except ImportError:  # no pyyaml: the release's roofline names are enough
@@ -679,19 +679,12 @@ def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalCo
         by_op.setdefault(p.operator, []).append((p, verdict))
     ops = sorted(by_op)
     spares: dict[str, WorkerProcess] = {}
-
-    def prestart(op: str) -> None:
-        try:
-            spares[op] = start_worker(config, workdir / f"{op}.log", wait=False, file=files[op])
-        except OSError:
-            pass  # started on demand instead
-
     try:
         if ops:
-            prestart(ops[0])
+            _prestart(spares, config, workdir, ops[0], files[ops[0]])
         for k, op in enumerate(ops):
             if k + 1 < len(ops):
-                prestart(ops[k + 1])
+                _prestart(spares, config, workdir, ops[k + 1], files[ops[k + 1]])
             judge = OperatorJudge(op, files[op], config, workdir, spares.pop(op, None))
             try:
                 for p, verdict in by_op[op]:
@@ -712,12 +705,7 @@ def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalCo
                         judge = OperatorJudge(op, files[op], config, workdir)
             finally:
                 judge.close()
-                if config.keep_logs is not None and judge.log.exists():
-                    config.keep_logs.mkdir(parents=True, exist_ok=True)
-                    try:
-                        (config.keep_logs / f"{op}.timing.log").write_bytes(read_log(judge.log))
-                    except OSError:
-                        pass
+                _keep_log(config, judge.log, f"{op}.timing.log")
     finally:
         for spare in spares.values():
             spare.close()
@@ -764,16 +752,12 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
     sub = workdir / f"lane-{lane}" if lane is not None else workdir
     sub.mkdir(parents=True, exist_ok=True)
     spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
-    # Each operator's worker is started while the previous operator is judged: importing torch takes
-    # seconds of host time and touches no GPU (the CUDA context is made by its first command).
+    # Each operator's worker is started while the previous operator is judged (`_prestart`).
     judged = [op for op in shard if files.get(op) is not None and registry.is_benchmarkable(op)]
 
     def prestart(op: str | None) -> None:
-        if op is not None and op not in spares:
-            try:
-                spares[op] = start_worker(config, sub / f"{op}.log", wait=False, file=files[op])
-            except OSError:
-                pass  # started on demand instead
+        if op is not None:
+            _prestart(spares, config, sub, op, files[op])
 
     def on_verdict(p: Problem, verdict: dict) -> None:
         if retry is not None and OUT_OF_MEMORY.search(verdict.get("error") or ""):
@@ -821,7 +805,7 @@ def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | No
     t_roof = roof.get(p.problem_id)
     if t_roof is None and hardware != "cpu":
         try:
-            from kernels_eval.roofline import problem_roofline
+            from catalogue.roofline import problem_roofline
 
             t_roof = problem_roofline(p.operator, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
         except (KeyError, ValueError, ImportError):
@@ -886,13 +870,29 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
             from kernels_eval.harness.triton_cache import file_cache_dir, prune
 
             prune(file_cache_dir(config.triton_cache, file))
-        if config.keep_logs is not None and judge.log.exists():
-            config.keep_logs.mkdir(parents=True, exist_ok=True)
-            try:  # never through a link the candidate may have put there (process.read_log)
-                (config.keep_logs / judge.log.name).write_bytes(read_log(judge.log))
-            except OSError:
-                pass
+        _keep_log(config, judge.log, judge.log.name)
     return verdicts
+
+
+def _prestart(spares: dict[str, WorkerProcess], config: EvalConfig, workdir: Path, op: str, file: Path) -> None:
+    """Start operator `op`'s worker ahead into `spares` (importing torch takes seconds of host time and touches
+    no GPU: the CUDA context is made by its first command); one that cannot start is started on demand."""
+    if op not in spares:
+        try:
+            spares[op] = start_worker(config, workdir / f"{op}.log", wait=False, file=file)
+        except OSError:
+            pass
+
+
+def _keep_log(config: EvalConfig, log: Path, name: str) -> None:
+    """A worker's log copied into EvalConfig.keep_logs as `name`, never through a link the candidate may have
+    put there (process.read_log)."""
+    if config.keep_logs is not None and log.exists():
+        config.keep_logs.mkdir(parents=True, exist_ok=True)
+        try:
+            (config.keep_logs / name).write_bytes(read_log(log))
+        except OSError:
+            pass
 
 
 def result_row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:

@@ -339,7 +339,7 @@ class Worker:
             return inputs
 
         sets = [draw()]
-        set_bytes = sum(t.numel() * t.element_size() for t in sets[0].values() if isinstance(t, torch.Tensor))
+        set_bytes = _tensor_bytes(sets[0], torch)
         n_sets = int(max(2, min(msg.get("max_sets", 8), msg.get("rotation_bytes", 2 << 30) // max(set_bytes, 1))))
         sets += [draw() for _ in range(1, n_sets)]
 
