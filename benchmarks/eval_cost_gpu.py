@@ -20,8 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from torch._C._profiler import _ExperimentalConfig  # noqa: E402
 from torch.autograd import (ProfilerActivity, ProfilerConfig, ProfilerState, _disable_profiler,  # noqa: E402
-                            _enable_profiler, _ExperimentalConfig, _prepare_profiler)
+                            _enable_profiler, _prepare_profiler)
 
 from kernels_eval.harness import channel  # noqa: E402
 from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, time_calls  # noqa: E402
@@ -53,7 +54,10 @@ def profiler_costs(repeats: int = 6) -> dict:
         rows["profile_exit"].append(t3 - t2)
         rows["profile_events"].append(t4 - t3)
     acts = {ProfilerActivity.CUDA}
-    config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+    try:  # the trace id argument is newer than some torch releases
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig(), "")
+    except TypeError:
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
     for _ in range(repeats):
         t0 = time.perf_counter()
         _prepare_profiler(config, acts)
