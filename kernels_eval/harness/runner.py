@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import secrets
 import shutil
@@ -221,8 +222,8 @@ class OperatorJudge:
         """(reply, failures, max error) of one worker call judged against the reference on the same seed."""
         import torch
 
-        seed = secrets.randbits(62)
-        reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, **flags})
+        seed, key = secrets.randbits(62), secrets.randbits(62)
+        reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, "digest_key": key, **flags})
         tamper = self._observe(reply)
         if tamper:
             reply = {"ok": False, "tamper": True, "error": f"TamperError: {tamper}"}
@@ -230,14 +231,16 @@ class OperatorJudge:
             return reply, [reply.get("error", "call failed")], 0.0
         began = time.monotonic()
         got = self._import(reply.get("outputs"))
-        after = self._import(reply.get("inputs"))
+        after = reply.get("inputs")
+        if not isinstance(after, dict) or not all(isinstance(d, str) for d in after.values()):
+            raise ValueError("worker reply lacks its inputs' digests")
         self._clock("import", began)
         began = time.monotonic()
         before, expected, ties = self._expected(model, input_kwargs, seed)
         self._clock("reference", began)
         began = time.monotonic()
         failures, err = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
-        failures += unchanged_inputs(after, before, set(self.spec.inplace.values()))
+        failures += unchanged_inputs(after, before, set(self.spec.inplace.values()), key)
         del got, after, before, expected, ties
         if self.config.device == "cuda":
             torch.cuda.empty_cache()
@@ -630,6 +633,8 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 
         costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
+        if lanes > 1 and targets[0].device == "cuda":  # on cpu one verdict over smoke shapes stands for all
+            by_op, costs = _split_units(by_op, costs, len(targets) * lanes)
         plan = lpt_plan(costs, len(targets) * lanes)  # bin i runs on target i % len(targets)
         shards = [(targets[i % len(targets)], shard) for i, shard in enumerate(plan) if shard]
     else:
@@ -662,6 +667,31 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
                 if p.problem_id not in left:
                     emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
                                                           "evaluation stopped"}, _row_device(cfg))
+
+
+UNIT_SEP = "#"  # "op#2": the third part of an operator split over lanes
+
+
+def _unit_op(unit: str) -> str:
+    return unit.split(UNIT_SEP, 1)[0]
+
+
+def _split_units(by_op: dict[str, list[Problem]], costs: dict[str, float],
+                 bins: int) -> tuple[dict[str, list[Problem]], dict[str, float]]:
+    """Lanes' units of work: an operator whose cost exceeds half a lane's fair share is split into parts (its
+    problems dealt round-robin, so each part has large and small ones), each judged in a worker of its own,
+    possibly in another lane. Seen on H200 before: unified_attention's 25 problems took ~16 s each to check
+    (compiling and autotuning per shape), one lane busy for 400 s while the five others were done after 90."""
+    share = sum(costs.values()) / bins / 2
+    units: dict[str, list[Problem]] = {}
+    unit_costs: dict[str, float] = {}
+    for op, plist in by_op.items():
+        parts = max(1, min(len(plist), math.ceil(costs[op] / share))) if share > 0 else 1
+        for j in range(parts):
+            unit = op if parts == 1 else f"{op}{UNIT_SEP}{j}"
+            units[unit] = plist[j::parts]
+            unit_costs[unit] = costs[op] * len(units[unit]) / len(plist)
+    return units, unit_costs
 
 
 def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
@@ -751,13 +781,22 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
         return
     sub = workdir / f"lane-{lane}" if lane is not None else workdir
     sub.mkdir(parents=True, exist_ok=True)
-    spares: dict[str, WorkerProcess] = {}  # operator -> its worker, started ahead
-    # Each operator's worker is started while the previous operator is judged (`_prestart`).
-    judged = [op for op in shard if files.get(op) is not None and registry.is_benchmarkable(op)]
+    spares: dict[str, WorkerProcess] = {}  # unit -> its worker, started ahead
+    # Each unit's worker is started while the previous unit is judged (`_prestart`). A unit is an operator, or
+    # one part of an operator split over lanes (`_split_units`), with a scratch directory of its own.
+    judged = [u for u in shard if files.get(_unit_op(u)) is not None and registry.is_benchmarkable(_unit_op(u))]
 
-    def prestart(op: str | None) -> None:
-        if op is not None:
-            _prestart(spares, config, sub, op, files[op])
+    def scratch(unit: str) -> Path:
+        return sub if unit == _unit_op(unit) else sub / unit
+
+    def prestart(unit: str | None) -> None:
+        if unit is not None and unit not in spares:
+            scratch(unit).mkdir(parents=True, exist_ok=True)
+            try:
+                spares[unit] = start_worker(config, scratch(unit) / f"{_unit_op(unit)}.log", wait=False,
+                                            file=files[_unit_op(unit)])
+            except OSError:
+                pass
 
     def on_verdict(p: Problem, verdict: dict) -> None:
         if retry is not None and OUT_OF_MEMORY.search(verdict.get("error") or ""):
@@ -771,10 +810,11 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
 
     try:
         prestart(judged[0] if judged else None)
-        for op in shard:
-            plist, file = by_op[op], files.get(op)
-            if op in judged:
-                following = judged.index(op) + 1
+        for unit in shard:
+            op = _unit_op(unit)
+            plist, file = by_op[unit], files.get(op)
+            if unit in judged:
+                following = judged.index(unit) + 1
                 prestart(judged[following] if following < len(judged) else None)
             if file is None:
                 miss = {"stage": "compile", "compiled": False, "correct": False, "native": False,
@@ -785,8 +825,9 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                             for p in plist}
             else:
                 try:
-                    verdicts = _judge_operator(op, file, plist, config, sub, on_verdict, spares.pop(op, None),
-                                               defer_timing=pending is not None)
+                    scratch(unit).mkdir(parents=True, exist_ok=True)
+                    verdicts = _judge_operator(op, file, plist, config, scratch(unit), on_verdict,
+                                               spares.pop(unit, None), defer_timing=pending is not None)
                 except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
                     error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
                     verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}

@@ -32,6 +32,7 @@ GUARDED = (
     "triton.runtime.interpreter.InterpretedFunction.run",
     "triton.runtime.autotuner.Autotuner.run", "triton.testing.do_bench",
     "kernels_eval.harness.channel.send", "kernels_eval.harness.channel.export_tensor",
+    "kernels_eval.harness.compare.tensor_digest",
     "kernels_eval.harness.timing.time_calls",
     "kernels_eval.harness.timing.kineto_records", "kernels_eval.harness.timing.gpu_profiler",
     "kernels_eval.harness.markers.Markers.start", "kernels_eval.harness.markers.Markers.end",
@@ -267,7 +268,8 @@ class Worker:
         outputs = _as_named(out, self.outputs, torch)
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
-        reply = {"ok": True, "launches": launches, "aten_ops": audit.ops, **self._export_call(outputs, inputs)}
+        reply = {"ok": True, "launches": launches, "aten_ops": audit.ops,
+                 **self._export_call(outputs, inputs, int(msg["digest_key"]))}
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -307,7 +309,7 @@ class Worker:
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": {}, "records": records, "filled_bytes": filled,
-                 **self._export_call(outputs, inputs)}
+                 **self._export_call(outputs, inputs, int(msg["digest_key"]))}
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -453,11 +455,13 @@ class Worker:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
-    def _export_call(self, outputs: dict, inputs: dict) -> dict:
-        """A call's outputs and its inputs as they are afterwards, exported for the parent to judge."""
+    def _export_call(self, outputs: dict, inputs: dict, key: int) -> dict:
+        """A call's outputs, exported for the parent to judge, and the digest under `key` of each of its tensor
+        inputs as they are afterwards (in-place outputs are outputs; the parent digests its pristine inputs)."""
+        from kernels_eval.harness.compare import tensor_digest
+
         return {"outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
-                "inputs": {k: self._export(v, f"in_{k}") for k, v in inputs.items()
-                           if isinstance(v, self.torch.Tensor)}}
+                "inputs": {k: tensor_digest(v, key) for k, v in inputs.items() if isinstance(v, self.torch.Tensor)}}
 
     def _export(self, t, name: str) -> dict:
         return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc, staging=self.staging)

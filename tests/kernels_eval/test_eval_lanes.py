@@ -27,12 +27,17 @@ def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+def _phase(workdir) -> str:
+    """The phase directory ("lanes", "alone") a judge's scratch directory lies in (lanes/lane-k[/op#j])."""
+    return next((d.name for d in (Path(workdir), *Path(workdir).parents) if d.name in ("lanes", "alone")),
+                Path(workdir).name)
+
+
 def _recording_judge(seen: dict, order: list):
     def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
         for p in plist:
             seen[p.problem_id] = (config.gpu_memory_fraction, threading.current_thread().name, config.device_index,
-                                  Path(workdir).parent.name if Path(workdir).name.startswith("lane-")
-                                  else Path(workdir).name, config.keep_autotuning)
+                                  _phase(workdir), config.keep_autotuning)
             order.append(p.problem_id)
         time.sleep(0.01)
         return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
@@ -183,7 +188,7 @@ def test_a_problem_out_of_a_lanes_memory_is_judged_again_alone(monkeypatch, tmp_
     def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
         out = {}
         for p in plist:
-            phase = Path(workdir).parent.name if Path(workdir).name.startswith("lane-") else Path(workdir).name
+            phase = _phase(workdir)
             calls.append((p.problem_id, config.gpu_memory_fraction, phase))
             if p.problem_id == "gemm-1" and phase == "lanes":
                 v = {"stage": "compile", "compiled": False, "error": "call failed: OutOfMemoryError: CUDA out of "
@@ -224,3 +229,43 @@ def test_lanes_below_one_is_refused_before_anything_is_read(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 2 and done.stderr.strip() == "hotshape eval: --lanes 0: at least 1"
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_an_operator_longer_than_half_a_lanes_share_is_split_over_lanes(monkeypatch, tmp_path):
+    """Seen on H200: one operator's 25 problems kept one lane busy for 400 s while the others were done
+    after 90. Its problems are dealt over parts judged in other lanes, each problem judged once."""
+    seen, order = {}, []
+    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, order))
+    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for op in ("unified_attention", "rms_norm", "mrope"):
+        (sub / f"{op}.py").write_text("class Model: pass\n")
+    view = _view({"unified_attention": 25, "rms_norm": 4, "mrope": 2})
+    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
+    rows = runner.evaluate(sub, view, config=config, lanes=6)
+    assert len(rows) == 31 and len(order) == len(set(order)) == 31 and all(r["stage"] == "done" for r in rows)
+    heavy = {v[1] for pid, v in seen.items() if pid.startswith("unified_attention")}
+    assert len(heavy) >= 4  # judged in four lanes or more at once
+    assert len({v[1] for pid, v in seen.items() if pid.startswith("mrope")}) == 1  # a short one stays whole
+    seen.clear()
+    runner.evaluate(sub, view, config=config)  # one lane: one worker judges the operator's problems in order
+    assert len({v[1] for v in seen.values()}) == 1
+
+
+def test_split_units_deal_problems_round_robin_and_keep_costs():
+    problems = [runner.Problem({"problem_id": f"a-{i}", "operator": "a", "init_kwargs": "{}",
+                                "input_kwargs": "{}"}) for i in range(7)]
+    small = [runner.Problem({"problem_id": "b-0", "operator": "b", "init_kwargs": "{}", "input_kwargs": "{}"})]
+    # two lanes: half a lane's share is 72 / 2 / 2 = 18 s, so "a" (70 s) becomes four parts and "b" stays whole
+    units, costs = runner._split_units({"a": problems, "b": small}, {"a": 70.0, "b": 2.0}, bins=2)
+    assert {u: [p.problem_id for p in ps] for u, ps in units.items()} == {
+        "a#0": ["a-0", "a-4"], "a#1": ["a-1", "a-5"], "a#2": ["a-2", "a-6"], "a#3": ["a-3"], "b": ["b-0"]}
+    assert costs == {"a#0": 20.0, "a#1": 20.0, "a#2": 20.0, "a#3": 10.0, "b": 2.0}
+    assert {runner._unit_op(u) for u in units} == {"a", "b"}
+    # no more parts than problems
+    units, _ = runner._split_units({"a": problems[:2]}, {"a": 70.0}, bins=8)
+    assert set(units) == {"a#0", "a#1"}

@@ -242,3 +242,40 @@ def test_errors_that_kill_a_cuda_context_are_told_from_ordinary_failures():
     ]
     assert all(CONTEXT_LOST.search(e) for e in lost)
     assert not any(CONTEXT_LOST.search(e) for e in ordinary)
+
+
+def test_input_digests_catch_any_one_changed_word_and_depend_on_the_key():
+    from kernels_eval.harness.compare import tensor_digest
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1001, generator=g).to(torch.bfloat16)  # 2002 bytes: a zero-padded tail word
+    key = 12345
+    assert tensor_digest(x, key) == tensor_digest(x.clone(), key)
+    assert tensor_digest(x, key) != tensor_digest(x, key + 1)
+    for i in (0, 500, 1000):  # first word, middle, the padded tail
+        changed = x.clone()
+        changed[i] = -changed[i] if changed[i] != 0 else 1.0
+        assert tensor_digest(changed, key) != tensor_digest(x, key)
+    # two changes that keep an unkeyed sum of words (swap two words) still change the digest
+    words = x[:1000].view(torch.int64).clone()
+    words[[1, 2]] = words[[2, 1]]
+    swapped = torch.cat([words.view(torch.bfloat16), x[1000:]])
+    assert not torch.equal(swapped, x) and tensor_digest(swapped, key) != tensor_digest(x, key)
+    # same bytes, other dtype or shape: another digest
+    assert tensor_digest(x.view(torch.int16), key) != tensor_digest(x, key)
+    assert tensor_digest(x[:1000].reshape(10, 100), key) != tensor_digest(x[:1000], key)
+    # a view at an odd byte offset digests as its own bytes
+    assert tensor_digest(x[1:], key) == tensor_digest(x[1:].clone(), key)
+
+
+def test_unchanged_inputs_reads_a_workers_digests():
+    from kernels_eval.harness.compare import tensor_digest
+
+    x, r = _bf16(0, 64), _bf16(1, 64)
+    changed = x.clone()
+    changed[3] += 1
+    key = 99
+    sent = {"x": tensor_digest(x.clone(), key), "residual": tensor_digest(r, key)}
+    assert unchanged_inputs(sent, {"x": x, "residual": r}, set(), key) == []
+    assert "input 'x' was modified" in unchanged_inputs({"x": tensor_digest(changed, key)}, {"x": x}, set(), key)[0]
+    assert "input 'x' was modified" in unchanged_inputs({"x": tensor_digest(x, key + 1)}, {"x": x}, set(), key)[0]

@@ -131,3 +131,32 @@ def test_every_marked_call_runs_on_a_set_no_earlier_call_touched_and_is_seen_aft
                               markers=CountingMarkers(gpu, log), after_call=after)
     assert len(used) == len(set(used))  # warm-up, calibration and timed calls: never the same set twice
     assert log.count("start") == log.count("end") == log.count("after") == times.marked
+
+
+def test_sets_that_cost_more_to_draw_than_a_slow_call_are_timed_over_min_calls_after_the_warm_up(monkeypatch):
+    gpu = SimulatedGPU(monkeypatch)
+    drawn, used = [0], []
+
+    def fresh(draw_s: float):
+        def draw():
+            drawn[0] += 1
+            time.sleep(draw_s)  # host time to make a set (a MoE problem's weights: ~0.7 s on H200)
+            return [{"set": (drawn[0], j)} for j in range(2)]
+        return draw
+
+    def call(**inputs):
+        used.append(inputs["set"])
+        gpu.advance(50e-6)
+
+    costly = fresh(0.06)
+    times = timing.time_calls(call, costly(), refresh=costly, min_calls=6, slow_call_s=0.02, warmup_s=0.0,
+                              flush=gpu.flush())
+    assert len(times) == 6 and times.marked == 6  # no settle blocks, no calibration: the timed run alone
+    assert len(used) == 3 + 6 and len(used) == len(set(used))  # warm-up and timed calls, each on a fresh set
+    assert all(t == pytest.approx(50e-6) for t in times)
+    # the same call whose sets are cheap to draw goes through settling and the estimate as before
+    used.clear()
+    cheap = fresh(0.0)
+    times = timing.time_calls(call, cheap(), refresh=cheap, min_calls=6, budget_s=0.01, slow_call_s=0.02,
+                              warmup_s=0.0, flush=gpu.flush())
+    assert times.marked > len(times) >= 6 and len(used) == len(set(used))
