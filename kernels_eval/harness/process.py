@@ -47,7 +47,8 @@ class WorkerProcess:
         wait for its ready line (so the next operator's worker can import torch while the current one is
         judged). `visible_device` (a CUDA index of this process) is the one GPU the worker is shown;
         `triton_cache` the candidate file's persistent compile cache (None: the run's own, in `scratch`), where
-        Triton also keeps the file's autotuning unless keep_autotuning=False."""
+        Triton also keeps the file's autotuning (with keep_autotuning=False it reuses what was kept there and
+        keeps nothing)."""
         bwrap = sandbox.find_bwrap() if sandboxed else None
         if sandboxed and bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
@@ -67,8 +68,7 @@ class WorkerProcess:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
             if triton_cache is not None:
                 env["TRITON_CACHE_DIR"] = str(triton_cache)
-                if keep_autotuning:
-                    env[sandbox.AUTOTUNE_CACHE_ENV] = "1"
+                env.update(sandbox.autotuning_env(keep_autotuning))
             if device == "cpu":
                 env["TRITON_INTERPRET"] = "1"
             else:

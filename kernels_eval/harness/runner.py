@@ -55,7 +55,8 @@ class EvalConfig:
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     triton_cache: Path | None = None  # root of the per-file compile caches (harness/triton_cache.py); None: cold
     markers_cache: Path | None = None  # the run's compiled markers, shown read-only to workers (markers.compile_into)
-    keep_autotuning: bool = True  # with a persistent cache, Triton keeps (and reuses) the file's autotuning there
+    # with a persistent cache, Triton keeps (and reuses) the file's autotuning there; False: reuses, keeps none
+    keep_autotuning: bool = True
     gpu_memory_fraction: float = 0.45
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
@@ -626,7 +627,8 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
     if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
         # Autotuning beside other lanes' kernels picks other configurations (seen on H200: small autotuned
         # layer_norm problems 20-25% slower or faster than a one-lane run's picks): the lanes' picks serve their
-        # checks only; the timing phase, alone on the device, autotunes again and keeps what it picked.
+        # checks only; the timing phase, alone on the device, autotunes again and keeps what it picked, which
+        # a later run's lanes reuse (harness/autotune_cache.py).
         targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes),
                            keep_autotuning=False) for t in targets]
     if len(targets) * lanes > 1:

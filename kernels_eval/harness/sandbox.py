@@ -32,6 +32,17 @@ EXACT_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES",
 # With a persistent per-file cache, Triton keeps the file's autotuning results there too: a later run of the same
 # file loads its configurations instead of benchmarking them again (and times the same ones).
 AUTOTUNE_CACHE_ENV = "TRITON_CACHE_AUTOTUNING"
+CACHE_MANAGER_ENV = "TRITON_CACHE_MANAGER"
+READ_ONLY_AUTOTUNING = "kernels_eval.harness.autotune_cache:KeptAutotuningOnly"  # autotune_cache.MANAGER
+
+
+def autotuning_env(keep_autotuning: bool) -> dict[str, str]:
+    """What a worker with a persistent Triton cache runs with: Triton caches its autotuning there and reuses
+    it; with keep_autotuning=False it reuses what was kept and keeps nothing (harness/autotune_cache.py)."""
+    env = {AUTOTUNE_CACHE_ENV: "1"}
+    if not keep_autotuning:
+        env[CACHE_MANAGER_ENV] = READ_ONLY_AUTOTUNING
+    return env
 PREFIX_ENV = ("LC_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "CUBLAS_", "CUDNN_", "NCCL_")
 SECRET_ENV = re.compile(r"^(HOTSHAPE_|AWS_|GOOGLE_|AZURE_)|KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE",
                         re.IGNORECASE)
@@ -197,8 +208,8 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     for f in sorted({os.path.abspath(f) for f in files}):
         args += ["--ro-bind", f, f]  # at its own path: the worker imports it by the path the parent sends
     env = sandbox_env(device, triton_cache, environ, visible)
-    if file_cache is not None and keep_autotuning:
-        env[AUTOTUNE_CACHE_ENV] = "1"
+    if file_cache is not None:
+        env.update(autotuning_env(keep_autotuning))
     args += ["--chdir", "/tmp", "--clearenv"]
     for k, v in sorted(env.items()):
         args += ["--setenv", k, v]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -41,7 +43,33 @@ def test_only_the_files_own_cache_is_bound_writable(tmp_path):
     assert "TRITON_CACHE_AUTOTUNING" not in cold
     _, checks = sandbox.bwrap_command("bwrap", ["python"], device="cpu", scratch=scratch, file_cache=cache,
                                       environ={}, keep_autotuning=False)  # a lanes run's checks: none kept
-    assert "TRITON_CACHE_AUTOTUNING" not in checks and checks["TRITON_CACHE_DIR"] == env["TRITON_CACHE_DIR"]
+    assert checks["TRITON_CACHE_AUTOTUNING"] == "1" and checks["TRITON_CACHE_DIR"] == env["TRITON_CACHE_DIR"]
+    pytest.importorskip("triton")
+    from kernels_eval.harness import autotune_cache
+
+    assert checks["TRITON_CACHE_MANAGER"] == autotune_cache.MANAGER and "TRITON_CACHE_MANAGER" not in env
+
+
+def test_lanes_workers_read_kept_autotuning_and_keep_none(tmp_path):
+    """The manager a lanes run's checks use, as Triton loads it from the environment: it reads the picks a
+    quiet timing phase kept and stores compiled kernels, but stores no autotuning of its own."""
+    script = ("import json, sys\n"
+              "from triton import knobs\n"
+              "from triton.runtime.cache import FileCacheManager, _base32, get_cache_manager\n"
+              "cls, key = knobs.cache.manager_class, 'ab' * 32\n"
+              "FileCacheManager(_base32(key)).put(json.dumps({'configs_timings': []}), 'kernel.autotune.json',"
+              " binary=False)\n"
+              "m = get_cache_manager(key)\n"
+              "kept = m.get_file('kernel.autotune.json')\n"
+              "m.put('{}', 'other.autotune.json', binary=False)\n"
+              "m.put(b'binary', 'kernel.cubin')\n"
+              "print(json.dumps([cls.__name__, kept is not None, m.get_file('other.autotune.json'),"
+              " m.get_file('kernel.cubin') is not None]))\n")
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache"), **sandbox.autotuning_env(False)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["KeptAutotuningOnly", True, None, True]
+    assert sandbox.autotuning_env(True) == {"TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def test_prune_drops_a_cache_over_its_limit(tmp_path):

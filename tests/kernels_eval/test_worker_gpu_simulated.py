@@ -161,6 +161,6 @@ def test_call_gpu_runs_without_a_dispatch_mode_and_ships_its_kernel_records(monk
     seen = []
     w.model.register_forward_pre_hook(
         lambda *a: seen.append(torch.utils._python_dispatch._get_current_dispatch_mode()))
-    reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3})
+    reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3, "digest_key": 7})
     assert seen == [None] and reply["aten_ops"] == {}
     assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
