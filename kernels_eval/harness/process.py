@@ -100,6 +100,7 @@ class WorkerProcess:
         self.cmd_w, self.res_r = cmd_w, res_r
         self.start_timeout_s = start_timeout_s
         self.ready = False
+        self.warming = None  # a thread waiting for this worker's "warm" reply (runner._warm_ahead), if any
         if wait:
             self.wait_ready()
 

@@ -269,3 +269,43 @@ def test_split_units_deal_problems_round_robin_and_keep_costs():
     # no more parts than problems
     units, _ = runner._split_units({"a": problems[:2]}, {"a": 70.0}, bins=8)
     assert set(units) == {"a#0", "a#1"}
+
+
+def test_a_prestarted_gpu_worker_is_warmed_ahead_and_its_judge_waits_for_that(monkeypatch, tmp_path):
+    """`_warm_ahead` sends a prestarted worker its "warm" command from a thread; the judge that takes the
+    worker waits for that reply before its own first command, so the two never interleave on one pipe."""
+    sent, lock = [], threading.Lock()
+
+    class Worker:
+        ready, warming = True, None
+
+        def request(self, message, timeout_s):
+            with lock:
+                sent.append(("start", message["cmd"]))
+            time.sleep(0.2 if message["cmd"] == "warm" else 0.0)
+            with lock:
+                sent.append(("end", message["cmd"]))
+            return {"ok": True}
+
+    gpu = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
+    worker = runner._warm_ahead(Worker(), gpu)
+    assert worker.warming is not None and worker.warming.is_alive()
+    judge = runner.OperatorJudge("rms_norm", HONEST / "rms_norm.py", gpu, tmp_path, worker)
+    assert judge._request({"cmd": "init"})["ok"]
+    assert sent == [("start", "warm"), ("end", "warm"), ("start", "init"), ("end", "init")]
+    assert worker.warming is None and judge.spent["warm_wait"] > 0.05
+    cpu = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
+    assert runner._warm_ahead(Worker(), cpu).warming is None  # nothing to make ahead on cpu
+
+
+def test_a_real_worker_answers_warm_before_its_init(tmp_path):
+    from kernels_eval.harness.process import WorkerProcess
+
+    worker = WorkerProcess(device="cpu", log_path=tmp_path / "w.log", memory_bytes=4 << 30, start_timeout_s=120,
+                           sandboxed=False, scratch=tmp_path, use_cgroup=False)
+    try:
+        reply = worker.request({"cmd": "warm", "device": "cpu"}, 120)
+        assert reply["ok"] and reply["took_s"]["warm"] >= 0
+        assert not worker.request({"cmd": "nonsense"}, 120)["ok"]  # the command table is what answered
+    finally:
+        worker.close()
