@@ -798,13 +798,9 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
         return sub if unit == _unit_op(unit) else sub / unit
 
     def prestart(unit: str | None) -> None:
-        if unit is not None and unit not in spares:
+        if unit is not None:
             scratch(unit).mkdir(parents=True, exist_ok=True)
-            try:
-                spares[unit] = _warm_ahead(start_worker(config, scratch(unit) / f"{_unit_op(unit)}.log",
-                                                        wait=False, file=files[_unit_op(unit)]), config)
-            except OSError:
-                pass
+            _prestart(spares, config, scratch(unit), _unit_op(unit), files[_unit_op(unit)], key=unit)
 
     def on_verdict(p: Problem, verdict: dict) -> None:
         if retry is not None and OUT_OF_MEMORY.search(verdict.get("error") or ""):
@@ -923,13 +919,15 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
     return verdicts
 
 
-def _prestart(spares: dict[str, WorkerProcess], config: EvalConfig, workdir: Path, op: str, file: Path) -> None:
-    """Start operator `op`'s worker ahead into `spares` (importing torch takes seconds of host time) and, on a
-    GPU, have it make its CUDA context and its profiler's first start meanwhile (`_warm_ahead`); one that
-    cannot start is started on demand."""
-    if op not in spares:
+def _prestart(spares: dict[str, WorkerProcess], config: EvalConfig, workdir: Path, op: str, file: Path,
+              key: str | None = None) -> None:
+    """Start operator `op`'s worker ahead into `spares[key or op]` (importing torch takes seconds of host time)
+    and, on a GPU, have it make its CUDA context and its profiler's first start meanwhile (`_warm_ahead`); one
+    that cannot start is started on demand."""
+    key = key or op
+    if key not in spares:
         try:
-            spares[op] = _warm_ahead(start_worker(config, workdir / f"{op}.log", wait=False, file=file), config)
+            spares[key] = _warm_ahead(start_worker(config, workdir / f"{op}.log", wait=False, file=file), config)
         except OSError:
             pass
 
