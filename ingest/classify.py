@@ -34,7 +34,9 @@ def _innermost_args(args: list) -> tuple[int | None, dict | None]:
 def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: list[dict], chains: list, args_of) -> None:
     """Rewrite, in place, the rows of each HF MoE block's two aten::_grouped_mm calls to the block's one
     fused_moe problem: the calls are paired in launch order per device, and the router's aten::topk
-    launched before them gives tokens and top_k (one call alone shows only tokens × top_k rows)."""
+    launched before them gives tokens and top_k (one call alone shows only tokens × top_k rows).
+
+    The plain version of _hf_moe_problems_by_key: every row read on its own."""
     if "fused_moe" not in operators:
         return
     devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
@@ -51,6 +53,10 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
         elif call is not None:
             calls.append((call, [i], router))
         previous = (call, kwargs_list[i]) if call is not None else None
+    _pair_calls(calls, kwargs_list)
+
+
+def _pair_calls(calls: list[tuple[tuple, list[int], tuple | None]], kwargs_list: list[dict]) -> None:
     j = 0
     while j + 1 < len(calls):
         (up, up_rows, up_router), (down, down_rows, _) = calls[j], calls[j + 1]
@@ -61,6 +67,42 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
         for i in up_rows + down_rows:
             kwargs_list[i] = problem
         j += 2
+
+
+_NO_ROUTER = object()  # a combination whose chain holds no aten::topk
+
+
+def _hf_moe_problems_by_key(events: pl.DataFrame, key_of: list[int], operators: list[str], kwargs_list: list[dict],
+                            chains: list, args_of, row_kwargs: list[dict]) -> None:
+    """_hf_moe_problems with each combination's router and call read once (`operators`, `kwargs_list`,
+    `chains` and `args_of(k, depth)` per combination, `key_of` each row's); the rows' kwargs are
+    rewritten in `row_kwargs`. Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
+    if "fused_moe" not in operators:
+        return
+    calls_of: list[tuple | None] = []
+    routers: list = []
+    for k, chain in enumerate(chains):
+        chain = chain or []
+        routers.append(router_topk(args_of(k, chain.index("aten::topk"))) if "aten::topk" in chain else _NO_ROUTER)
+        call = grouped_mm_call(kwargs_list[k]) if operators[k] == "fused_moe" and chain and chain[-1] == "aten::_grouped_mm" else None
+        calls_of.append(None if call is None else (call, kwargs_list[k]))
+    if all(c is None for c in calls_of):
+        return
+    devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
+    order = sorted(range(events.height), key=lambda i: (devices[i] or 0, ts[i]))
+    calls: list[tuple[tuple, list[int], tuple | None]] = []
+    router, previous = None, None
+    for i in order:
+        k = key_of[i]
+        if routers[k] is not _NO_ROUTER:
+            router = routers[k]
+        this = calls_of[k]
+        if this is not None and previous is not None and previous == this:
+            calls[-1][1].append(i)
+        elif this is not None:
+            calls.append((this[0], [i], router))
+        previous = this
+    _pair_calls(calls, row_kwargs)
 
 
 def _agree_by_kernel(kernels: list[str], rules: list[str], ops: list, operators: list[str], kwargs_list: list[dict]) -> None:
@@ -143,14 +185,14 @@ def classify_events(
     def per_row(values: list) -> list:
         return list(map(values.__getitem__, key_of))
 
-    operators, kwargs_list, ops = per_row(operators), per_row(kwargs_list), per_row(ops)
-    row_chains, row_annotations, row_chain_args = per_row(chains), per_row(annotations), per_row(chain_args)
-
-    def args_at(i: int, depth: int) -> dict | None:
-        args = parsed.get(row_chain_args[i]) or []
+    def args_at(k: int, depth: int) -> dict | None:
+        args = parsed.get(chain_args[k]) or []
         return args[depth] if depth < len(args) else None
 
-    _hf_moe_problems(events, operators, kwargs_list, row_chains, args_at)
+    row_kwargs = per_row(kwargs_list)
+    _hf_moe_problems_by_key(events, key_of, operators, kwargs_list, chains, args_at, row_kwargs)
+    operators, kwargs_list, ops = per_row(operators), row_kwargs, per_row(ops)
+    row_chains, row_annotations = per_row(chains), per_row(annotations)
     kwargs_list = fill_block_size(operators, kwargs_list)
     phase, phase_rule = assign_phases(events, kwargs_list, operators, row_chains, row_annotations)
     graph = events["graph_launch"].fill_null(False)

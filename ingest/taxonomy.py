@@ -57,6 +57,7 @@ class Taxonomy:
     backward: Backward | None = None
     blit_kernels: dict[str, re.Pattern] = field(default_factory=dict)  # category -> kernel-name pattern
     _memo: dict = field(default_factory=dict, repr=False)
+    _op_memo: dict = field(default_factory=dict, repr=False)
 
     def classify(self, kernel: str, category: str, op_chain: list[str] | tuple[str, ...] | None) -> Match:
         """The operator of one GPU activity: op rules innermost-first, then category, then kernel name."""
@@ -83,7 +84,33 @@ class Taxonomy:
             return Match(OTHER, match.depth, "backward")
         return match
 
+    def _op_rules_of(self, name: str) -> tuple[Rule, ...]:
+        """The op rules whose op pattern matches `name`, in rule order (memoised per name)."""
+        hit = self._op_memo.get(name)
+        if hit is None:
+            hit = self._op_memo[name] = tuple(rule for rule in self.op_rules if rule.op.search(name))
+        return hit
+
     def _forward(self, kernel: str, chain: tuple[str, ...]) -> Match:
+        """_forward_plain with each op name's matching rules found once per taxonomy: a trace's chains
+        repeat a few dozen op names, and each name's search over every op rule was most of classifying it.
+        Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
+        matching = [self._op_rules_of(name) for name in chain]
+        for depth in range(len(chain) - 1, -1, -1):
+            for rule in matching[depth]:
+                if rule.encloses and (rule.kernel is None or rule.kernel.search(kernel)):
+                    return Match(rule.operator, depth, rule.where)
+        for depth in range(len(chain) - 1, -1, -1):
+            for rule in matching[depth]:
+                if rule.kernel is None or rule.kernel.search(kernel):
+                    return Match(rule.operator, depth, rule.where)
+        for rule in self.kernel_rules:
+            if rule.kernel.search(kernel):
+                return Match(rule.operator, None, rule.where)
+        return Match(OTHER, None, "none")
+
+    def _forward_plain(self, kernel: str, chain: tuple[str, ...]) -> Match:
+        """Op rules innermost-first (rules that enclose first), then kernel-name rules: every rule tried in turn."""
         for depth in range(len(chain) - 1, -1, -1):
             for rule in self.op_rules:
                 if rule.encloses and rule.op.search(chain[depth]) and (rule.kernel is None or rule.kernel.search(kernel)):

@@ -101,3 +101,67 @@ def test_described_schemas_without_pyarrow_write_the_bytes_pyarrow_schemas_do(tm
     assert export(pl.DataFrame({"x": [1.5]}, schema={"x": pl.Float32}), {"x": ("a float32", "")}) is None
     with pytest.raises(KeyError, match="no description"):
         export(events, {})
+
+
+def _kineto_traces(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.json.gz") if "capture_traces" not in p.parts)
+
+
+@pytest.mark.parametrize("root", ["examples", "public"])
+def test_op_rules_found_once_per_name_choose_what_trying_every_rule_chooses(root, request):
+    from ingest.taxonomy import load_taxonomy
+
+    tax = load_taxonomy()
+    folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
+    chains = set()
+    for path in _kineto_traces(folder):
+        try:
+            rows = read_events(path).select("kernel", "op_chain").unique().rows()
+        except ValueError:  # a TraceError: the public set holds files that are no profile
+            continue
+        chains |= {(kernel or "", tuple(chain or ())) for kernel, chain in rows}
+    assert sum(1 for _, chain in chains if chain) > 100
+    for kernel, chain in chains:
+        assert tax._forward(kernel, chain) == tax._forward_plain(kernel, chain), (kernel, chain)
+
+
+def test_op_rules_found_once_per_name_keep_rule_order_and_enclosing_rules_first(tmp_path):
+    """A name two rules match takes the first; an enclosing rule on an outer op wins over an inner op's rule."""
+    from ingest.taxonomy import load_taxonomy
+
+    (tmp_path / "t.yaml").write_text(
+        "operators: [other, gemm, attention_forward, fused_moe]\n"
+        "op_rules:\n"
+        "  - {operator: gemm, op: '^aten::mm$', kernel: 'sm90'}\n"
+        "  - {operator: attention_forward, op: 'mm$'}\n"
+        "  - {operator: fused_moe, op: '^moe_block$', encloses: true, kernel: 'moe'}\n"
+        "kernel_rules:\n"
+        "  - {operator: gemm, kernel: 'gemm'}\n"
+    )
+    tax = load_taxonomy(tmp_path / "t.yaml")
+    cases = [("sm90_gemm", ("aten::mm",)), ("ampere_gemm", ("aten::mm",)), ("moe_gemm", ("moe_block", "aten::mm")),
+             ("sm90_gemm", ("moe_block", "aten::mm")), ("gemm", ("aten::add",)), ("x", ())]
+    got = [tax._forward(k, c) for k, c in cases]
+    assert got == [tax._forward_plain(k, c) for k, c in cases]
+    assert [m.operator for m in got] == ["gemm", "attention_forward", "fused_moe", "gemm", "gemm", "other"]
+
+
+MOE_TRACES = [EXAMPLES / "qwen3-30b-a3b" / "eager.json.gz", EXAMPLES / "qwen3-30b-a3b" / "graph.json.gz",
+              EXAMPLES / "deepseek-v2-lite" / "eager.json.gz"]
+
+
+@pytest.mark.parametrize("path", MOE_TRACES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_moe_blocks_read_per_combination_are_the_row_by_row_reading(path, monkeypatch):
+    from ingest import classify
+
+    fast = ingest_trace(path).events
+
+    def row_by_row(events, key_of, operators, kwargs_list, chains, args_of, row_kwargs):
+        rows = lambda values: [values[k] for k in key_of]  # noqa: E731
+        classify._hf_moe_problems(events, rows(operators), row_kwargs, rows(chains), lambda i, d: args_of(key_of[i], d))
+
+    monkeypatch.setattr(classify, "_hf_moe_problems_by_key", row_by_row)
+    slow = ingest_trace(path).events
+    moe = fast.filter(pl.col("operator") == "fused_moe")
+    assert moe.height > 0 and moe["shape"].str.contains('"token_count"').all()
+    assert fast.equals(slow)
