@@ -58,6 +58,7 @@ class Taxonomy:
     blit_kernels: dict[str, re.Pattern] = field(default_factory=dict)  # category -> kernel-name pattern
     _memo: dict = field(default_factory=dict, repr=False)
     _op_memo: dict = field(default_factory=dict, repr=False)
+    _kernel_memo: dict = field(default_factory=dict, repr=False)
 
     def classify(self, kernel: str, category: str, op_chain: list[str] | tuple[str, ...] | None) -> Match:
         """The operator of one GPU activity: op rules innermost-first, then category, then kernel name."""
@@ -91,21 +92,30 @@ class Taxonomy:
             hit = self._op_memo[name] = tuple(rule for rule in self.op_rules if rule.op.search(name))
         return hit
 
+    def _kernel_found(self, rule: Rule, kernel: str) -> bool:
+        """Whether `rule`'s kernel pattern occurs in `kernel` (memoised per rule and kernel name)."""
+        key = (rule.where, kernel)
+        hit = self._kernel_memo.get(key)
+        if hit is None:
+            hit = self._kernel_memo[key] = rule.kernel.search(kernel) is not None
+        return hit
+
     def _forward(self, kernel: str, chain: tuple[str, ...]) -> Match:
-        """_forward_plain with each op name's matching rules found once per taxonomy: a trace's chains
-        repeat a few dozen op names, and each name's search over every op rule was most of classifying it.
-        Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
+        """_forward_plain with each op name's matching rules, and each kernel name's match of a rule's kernel
+        pattern, found once per taxonomy: a trace's combinations repeat a few dozen op and kernel names, and
+        searching every rule for each (kernel names run to hundreds of characters) was most of classifying
+        them. Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
         matching = [self._op_rules_of(name) for name in chain]
         for depth in range(len(chain) - 1, -1, -1):
             for rule in matching[depth]:
-                if rule.encloses and (rule.kernel is None or rule.kernel.search(kernel)):
+                if rule.encloses and (rule.kernel is None or self._kernel_found(rule, kernel)):
                     return Match(rule.operator, depth, rule.where)
         for depth in range(len(chain) - 1, -1, -1):
             for rule in matching[depth]:
-                if rule.kernel is None or rule.kernel.search(kernel):
+                if rule.kernel is None or self._kernel_found(rule, kernel):
                     return Match(rule.operator, depth, rule.where)
         for rule in self.kernel_rules:
-            if rule.kernel.search(kernel):
+            if self._kernel_found(rule, kernel):
                 return Match(rule.operator, None, rule.where)
         return Match(OTHER, None, "none")
 
