@@ -231,9 +231,14 @@ def _shape_texts(kwargs_list: list[dict]) -> list[str]:
 
 def op_shape_time(events: pl.DataFrame) -> pl.DataFrame:
     """GPU time and call count per trace × operator × shape × phase (the op_shape_time table)."""
-    frame = (
+    return conform(op_shape_time_rows(events), OP_SHAPE_TIME_COLUMNS, "op_shape_time")
+
+
+def op_shape_time_rows(events: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
+    """op_shape_time's rows before their columns are conformed; lazy for a lazy frame (the store collects
+    it with a trace's other aggregations at once)."""
+    return (
         events.group_by("trace_id", "operator", "shape", "phase")
         .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns"), pl.len().cast(pl.Int64).alias("calls"))
         .sort("trace_id", "gpu_ns", "operator", "shape", "phase", descending=[False, True, False, False, False])
     )
-    return conform(frame, OP_SHAPE_TIME_COLUMNS, "op_shape_time")

@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from catalogue.vocabulary import ATTRIBUTED
 from ingest.graphs import align_replays, attribute_graphs
 from ingest.pipeline import ingest_trace, read_events, traces_frame_from
 from ingest.schema import CLASSIFIED_EVENT_COLUMNS, CLASSIFIED_EVENTS, conform, validate
@@ -165,3 +166,21 @@ def test_moe_blocks_read_per_combination_are_the_row_by_row_reading(path, monkey
     moe = fast.filter(pl.col("operator") == "fused_moe")
     assert moe.height > 0 and moe["shape"].str.contains('"token_count"').all()
     assert fast.equals(slow)
+
+
+@pytest.mark.parametrize("path", MOE_TRACES[:1] + [EXAMPLES / "llama3-8b" / "graph.json.gz"], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_traces_aggregates_at_once_are_each_aggregate_on_its_own(path):
+    from ingest.classify import op_shape_time
+    from ingest.pipeline import summarize
+    from ingest.store import BREAKDOWNS, _breakdown, aggregates, provenance_rows
+
+    events = ingest_trace(path).events
+    ost, provenance, by = aggregates(events)
+    assert ost.schema == op_shape_time(events).schema and ost.equals(op_shape_time(events))
+    assert provenance.equals(provenance_rows(events))
+    assert by == {c: _breakdown(events, c) for c in BREAKDOWNS} and all(by.values())
+    assert aggregates(events.drop("attribution"))[2] == {**by, "attribution": {}}
+    summary = summarize(events, str(path))
+    attributed = int(events.filter(events["attribution"].is_in(ATTRIBUTED))["dur_ns"].sum())
+    assert 0 < attributed and (summary["attributed_ns"], summary["unattributed_ns"]) == (attributed, summary["gpu_ns"] - attributed)
+    assert (summary["gpu_ns"], summary["kernels"]) == (int(events["dur_ns"].sum()), int((events["category"] == "kernel").sum()))
