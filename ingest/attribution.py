@@ -105,17 +105,17 @@ class Chains:
                 map(b"\0".join, zip(dims, types, map(attrgetter("concrete"), args))),  # JSON text holds no NUL
             )
         )
-        entry_ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        entry_ids: dict[tuple, int] = {}
+        entry_of = list(map(entry_ids.setdefault, keys, range(len(keys))))  # each range's first equal range
+        first_ranges = list(entry_ids.values())
+        number = dict(zip(first_ranges, range(len(first_ranges))))
         self.entries = list(entry_ids)
         stacks = (
-            pl.DataFrame({"point": found["point"], "entry": pl.Series(list(map(entry_ids.__getitem__, keys))).gather(member)})
+            pl.DataFrame({"point": found["point"], "entry": pl.Series(list(map(number.__getitem__, entry_of))).gather(member)})
             .group_by("point", maintain_order=True)
             .agg("entry")
         )
-        stack_of = dict(zip(stacks["point"].to_list(), map(tuple, stacks["entry"].to_list())))
-        chain_ids: dict[tuple, int] = {(): 0}  # chain 0: the empty stack
-        self.chain = [chain_ids.setdefault(stack_of.get(i, ()), len(chain_ids)) for i in range(len(rows))]
-        self.chains = list(chain_ids)
+        self.chain, self.chains = chain_ids(stacks, len(rows))
         self._pairs = pl.DataFrame({"point": found["point"], "member": member})
         self._args = args
 
@@ -153,6 +153,26 @@ class Chains:
             columns["annotation"].append(entries[annotations[-1]][0] if annotations else None)
             has_op.append(op is not None)
         return pl.DataFrame(columns, schema={name: KERNEL_EVENT_COLUMNS[name] for name in CHAIN_COLUMNS}), has_op
+
+
+def chain_ids(stacks: pl.DataFrame, n: int) -> tuple[list[int], list[tuple]]:
+    """Each of `n` launches' chain (an index into the distinct chains) and the distinct chains, the empty one
+    first, then in the order of the launches that first hold them; `stacks` holds (point, entry: its stack)
+    for the launches with a non-empty stack. The distinct stacks are found by the frame library, not by
+    hashing a tuple per launch. Tuned for speed; the plain version is chain_ids_plain (oracle:
+    tests/ingest/test_fast_paths.py)."""
+    by_chain = stacks.sort("point").group_by("entry", maintain_order=True).agg("point")
+    members = by_chain.select(chain=pl.int_range(1, pl.len() + 1, dtype=pl.Int64), point="point").explode("point")
+    chain = pl.zeros(n, dtype=pl.Int64, eager=True).scatter(members["point"], members["chain"])
+    return chain.to_list(), [(), *map(tuple, by_chain["entry"].to_list())]
+
+
+def chain_ids_plain(stacks: pl.DataFrame, n: int) -> tuple[list[int], list[tuple]]:
+    """chain_ids one launch at a time."""
+    stack_of = dict(zip(stacks["point"].to_list(), map(tuple, stacks["entry"].to_list())))
+    ids: dict[tuple, int] = {(): 0}  # chain 0: the empty stack
+    chain = [ids.setdefault(stack_of.get(i, ()), len(ids)) for i in range(n)]
+    return chain, list(ids)
 
 
 def _render(no_shape: bool, dims: bytes, types: bytes, concrete: bytes) -> tuple[str, tuple]:

@@ -184,3 +184,24 @@ def test_a_traces_aggregates_at_once_are_each_aggregate_on_its_own(path):
     attributed = int(events.filter(events["attribution"].is_in(ATTRIBUTED))["dur_ns"].sum())
     assert 0 < attributed and (summary["attributed_ns"], summary["unattributed_ns"]) == (attributed, summary["gpu_ns"] - attributed)
     assert (summary["gpu_ns"], summary["kernels"]) == (int(events["dur_ns"].sum()), int((events["category"] == "kernel").sum()))
+
+
+@pytest.mark.parametrize("root", ["examples", "public"])
+def test_chains_numbered_by_the_frame_library_are_the_launch_by_launch_numbering(root, request, monkeypatch):
+    from ingest import attribution
+
+    folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
+    seen, fast_ids = [], attribution.chain_ids
+
+    def both(stacks, n):
+        fast, plain = fast_ids(stacks, n), attribution.chain_ids_plain(stacks, n)
+        seen.append((fast == plain, len(plain[1])))
+        return fast
+
+    monkeypatch.setattr(attribution, "chain_ids", both)
+    for path in _kineto_traces(folder):
+        try:
+            read_events(path)
+        except ValueError:  # a TraceError: the public set holds files that are no profile
+            continue
+    assert seen and all(same for same, _ in seen) and max(chains for _, chains in seen) > 50
