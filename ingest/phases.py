@@ -248,8 +248,10 @@ def _fill_within_steps(events: pl.DataFrame, chains: list, annotations: list, ph
     graph = events["graph_launch"].fill_null(False).to_list()
     lanes: dict = {}
     for i in range(len(phase)):
+        if graph[i] or rule[i] not in ("none", "shape:attention"):
+            continue
         top = _boundary(chains[i], annotations[i])
-        if top is not None and not graph[i] and rule[i] in ("none", "shape:attention"):
+        if top is not None:
             lanes.setdefault((device[i], top), []).append(i)
     for rows in lanes.values():
         rows.sort(key=lambda i: (ts[i], i))
@@ -273,22 +275,21 @@ def assign_phases(
     rows sharing one chain object (ingest.classify's per-combination values) look their step up once.
     """
     n = events.height
-    phase = ["unknown"] * n
-    rule = ["none"] * n
     if chains is None:
         chains = events["op_chain"].to_list()
     if annotations is None:
         annotations = events["annotation"].to_list() if "annotation" in events.columns else [None] * n
-    decided: dict[tuple, tuple[str, str] | None] = {}
-    for i in range(n):
-        seen = (id(chains[i]), annotations[i])
-        if seen not in decided:
-            _, step = step_of_chain(chains[i])
-            if step is None:
-                step = parse_step(annotations[i])
-            decided[seen] = (step.phase, step.rule) if step is not None and step.phase != "unknown" else None
-        if decided[seen] is not None:
-            phase[i], rule[i] = decided[seen]
+    seen = list(zip(map(id, chains), annotations))
+    first_row = dict(zip(reversed(seen), range(n - 1, -1, -1)))  # each (chain object, annotation): its first row
+    decided: dict[tuple, tuple[str, str]] = {}
+    for key, i in first_row.items():
+        _, step = step_of_chain(chains[i])
+        if step is None:
+            step = parse_step(annotations[i])
+        decided[key] = (step.phase, step.rule) if step is not None and step.phase != "unknown" else ("unknown", "none")
+    by_row = list(map(decided.__getitem__, seen))
+    phase = [p for p, _ in by_row]
+    rule = [r for _, r in by_row]
 
     # Shape rule: the rows of one step take the phase their attention calls agree on (for graph
     # replays aligned with a capture trace, the capture-time shapes); a step whose attention
@@ -313,9 +314,10 @@ def assign_phases(
     # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and
     # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE), SGLang and static-cache HF loops capture
     # FULL graphs for decode only.
-    graph = events["graph_launch"].fill_null(False).to_list()
-    correlation = events["correlation"].to_list()
-    for i in range(n):
-        if rule[i] == "none" and graph[i] and correlation[i] in full:
-            phase[i], rule[i] = "decode", "graph:full_graph_decode"
+    if full:  # else no row is a graph launch that replays attention
+        graph = events["graph_launch"].fill_null(False).to_list()
+        correlation = events["correlation"].to_list()
+        for i in range(n):
+            if rule[i] == "none" and graph[i] and correlation[i] in full:
+                phase[i], rule[i] = "decode", "graph:full_graph_decode"
     return phase, rule
