@@ -172,7 +172,40 @@ _NAME = msgspec.json.Decoder(Union[str, None])
 
 
 def names(raws: list[msgspec.Raw]) -> list[str | None]:
-    """Event names from their JSON text, a whole column per call; Malformed if one is not a string (or null)."""
+    """Event names from their JSON text, a whole column per call; Malformed if one is not a string (or null).
+
+    Tuned for speed: a column of long names (kernels: a few dozen templated names, hundreds of characters
+    each, over many thousand activities) decodes each distinct text once, and its rows share the string;
+    the plain version is names_plain (oracle: tests/ingest/test_fast_paths.py)."""
+    if len(raws) < _DISTINCT_MIN_ROWS or sum(map(len, raws)) < _DISTINCT_MIN_CHARS * len(raws):
+        return names_plain(raws)
+    # Raw texts compare but do not hash: each is compared with the distinct texts of its length seen so far,
+    # up to a few of them (a column of many distinct names of one length decodes the rest row by row).
+    distinct: list[msgspec.Raw] = []
+    of_length: dict[int, list[int]] = {}
+    place = []
+    for raw in raws:
+        seen = of_length.setdefault(len(raw), [])
+        for k in seen:
+            if distinct[k] == raw:
+                place.append(k)
+                break
+        else:
+            if len(seen) < _DISTINCT_PER_LENGTH:
+                seen.append(len(distinct))
+            place.append(len(distinct))
+            distinct.append(raw)
+    decoded = names_plain(distinct)
+    return list(map(decoded.__getitem__, place))
+
+
+_DISTINCT_MIN_ROWS = 1000
+_DISTINCT_MIN_CHARS = 64  # mean JSON text per name below which a plain decode is as fast
+_DISTINCT_PER_LENGTH = 16
+
+
+def names_plain(raws: list[msgspec.Raw]) -> list[str | None]:
+    """names, every row decoded on its own."""
     try:
         return _NAMES.decode(_json_array(raws))
     except (msgspec.ValidationError, msgspec.DecodeError):

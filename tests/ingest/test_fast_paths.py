@@ -205,3 +205,32 @@ def test_chains_numbered_by_the_frame_library_are_the_launch_by_launch_numbering
         except ValueError:  # a TraceError: the public set holds files that are no profile
             continue
     assert seen and all(same for same, _ in seen) and max(chains for _, chains in seen) > 50
+
+
+@pytest.mark.parametrize("root", ["examples", "public"])
+def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, request):
+    import msgspec
+
+    from ingest.kineto_json import GPU, ROLES, Malformed, decode_document, names, names_plain
+    from ingest.tracefile import TraceBytes
+
+    folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
+    long_columns = 0
+    for path in _kineto_traces(folder):
+        try:
+            doc = decode_document(path, TraceBytes(path).result()[1])
+        except ValueError:
+            continue
+        for role in set(ROLES.values()):
+            raws = [e.name for e in doc.traceEvents if ROLES.get(e.cat) == role]
+            fast = names(raws)
+            assert fast == names_plain(raws)
+            long_columns += role == GPU and len(set(fast)) < len(raws) > 1000 and sum(map(len, raws)) > 64 * len(raws)
+    assert long_columns > 0
+    # many distinct names of one length (past the per-length search), nulls and a name that is not a string
+    raws = [msgspec.Raw(b'"k%04d_%s"' % (i % 40, b"x" * 80)) for i in range(2000)] + [msgspec.Raw(b"null")] * 3
+    assert names(raws) == names_plain(raws) and len(set(names(raws))) == 41
+    with pytest.raises(Malformed):
+        names(raws + [msgspec.Raw(b"5")])
+    with pytest.raises(Malformed):
+        names_plain(raws + [msgspec.Raw(b"5")])
