@@ -47,14 +47,17 @@ def local_cluster(work: Path, workers: int) -> tuple[str, list[subprocess.Popen]
     from distributed import Client
 
     sched_file = work / "scheduler.json"
-    env = os.environ | {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+    # this checkout's code on every process's path, not the one the environment has installed
+    env = os.environ | {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     procs = [_start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                      "--scheduler-file", sched_file], work / "scheduler.log", env)]
     while not sched_file.is_file():
         time.sleep(0.1)
     for i in range(workers):
         procs.append(_start([DASK, "worker", "--scheduler-file", sched_file, "--host", "127.0.0.1", "--nworkers", "1",
-                             "--nthreads", "1", "--memory-limit", "4GB", "--no-dashboard"], work / f"worker{i}.log"))
+                             "--nthreads", "1", "--memory-limit", "4GB", "--no-dashboard"], work / f"worker{i}.log",
+                            env))
     address = json.loads(sched_file.read_text())["address"]
     with Client(address, timeout=60) as client:
         client.wait_for_workers(workers, timeout=120)

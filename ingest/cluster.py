@@ -1,21 +1,26 @@
 """Trace ingest fanned out over a running Dask distributed scheduler (`--cluster tcp://HOST:8786`).
 
-The work is the local pool's: one `ingest.store._ingest_one` task per trace the store lacks, which parses
-the trace, writes its files into the store and returns only its trace_id. Every worker therefore has
-to see the trace paths and the store URL the client names (a volume mounted on every host, or an
-fsspec URL such as s3://bucket/store for the store); docs/scale-out.md shows a Kubernetes layout.
+The work is the local pool's: one `ingest.store._ingest_batch` task per batch of traces the store lacks
+(ingest.store.batches: a few MB of trace files, so a task's own cost on its worker is small beside the
+parses), which parses each trace, writes its files into the store and returns only the trace_ids. Every
+worker therefore has to see the trace paths and the store URL the client names (a volume mounted on
+every host, or an fsspec URL such as s3://bucket/store for the store); docs/scale-out.md shows a
+Kubernetes layout.
 
-A worker that dies mid-trace loses that attempt only: its files are temporary names until renamed
-and the summary is renamed last, so the store does not count the trace, and the scheduler gives
-the task to another worker. Run the scheduler with `DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1`
-so that this happens once; a trace whose second worker dies too comes back as KilledWorker and
-is quarantined with that reason (a trace that kills workers is most often one too large for their
-memory). An exception raised by the parse itself quarantines that trace with its type and message, as
-on the local path (one bad file never aborts a batch).
+A worker that dies mid-batch loses its attempt at the trace it was parsing only: a trace's files are
+temporary names until renamed and its summary is renamed last, so the store does not count a half-written
+trace, and the scheduler gives the batch to another worker, which skips the traces already stored. Run the
+scheduler with `DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1` so that this happens once; when the
+batch's second worker dies too (KilledWorker), each of its traces still without a result is sent again on
+its own, and a trace whose own task kills two workers is quarantined with that reason (a trace that kills
+workers is most often one too large for their memory). The other traces of the batch are never
+quarantined for it. An exception raised by the parse itself quarantines that trace with its type and
+message, as on the local path (one bad file never aborts a batch).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -36,35 +41,61 @@ def add_cluster_argument(parser) -> None:
                              f"paths and the store (default: ${SCHEDULER_ENV}, else local processes)")
 
 
-def _progress(futures, total: int):
+def _progress(items, total: int):
     if total > 1 and sys.stderr.isatty():
         from tqdm import tqdm
 
-        return tqdm(futures, total=total, unit="trace", file=sys.stderr)
-    return futures
+        return tqdm(items, total=total, unit="trace", file=sys.stderr)
+    return items
 
 
-def ingest_on_cluster(address: str, tasks: list[tuple[str, tuple]], store,
+def _key(batch: list[tuple[str, tuple]]) -> str:
+    """The task key of a batch: it names the traces, so a batch submitted twice (two clients, one store)
+    runs once, and two batches that differ never share a key."""
+    if len(batch) == 1:
+        return f"hotshape-ingest-{batch[0][0]}"
+    digest = hashlib.sha256("\n".join(tid for tid, _ in batch).encode()).hexdigest()[:16]
+    return f"hotshape-ingest-batch-{digest}"
+
+
+def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], store,
                       progress: Callable[..., Iterable] | None = None) -> list[str]:
-    """Run `tasks` ((trace_id, ingest task) pairs, longest first) on the scheduler at `address`; the
-    trace_ids done, in the order of `tasks` (what the scheduler finished, or quarantined)."""
+    """Run `batches` (lists of (trace_id, ingest task) pairs, longest first) on the scheduler at `address`;
+    the trace_ids done, in the order given (what the workers stored, or what was quarantined). Progress
+    counts traces: a batch's traces as it finishes."""
     from distributed import Client, as_completed
     from distributed.scheduler import KilledWorker
 
-    from ingest.store import _ingest_one
+    import ingest.store
 
+    run = ingest.store._ingest_batch  # looked up here, so a test can stand in for it
     with Client(address, timeout=CONNECT_TIMEOUT_S) as client:
-        # The key names the trace, so a task submitted twice (two clients, one store) runs once;
-        # priority keeps the local pool's longest-first order.
-        futures = {client.submit(_ingest_one, task, key=f"hotshape-ingest-{tid}", retries=1,
-                                 priority=len(tasks) - i, pure=False): tid
-                   for i, (tid, task) in enumerate(tasks)}
+        # priority keeps the local pool's longest-first order; a batch sent again trace by trace goes first
+        futures = {client.submit(run, batch, key=_key(batch), retries=1, priority=len(batches) - i, pure=False): batch
+                   for i, batch in enumerate(batches)}
         done = as_completed(futures, with_results=False)
-        for future in (progress or _progress)(done, total=len(futures)):
-            tid = futures[future]
-            try:
-                future.result()
-            except KilledWorker as exc:
-                if store.summary(tid) is None:  # it may have died after its last write
+
+        def finished():
+            for future in done:
+                batch = futures.pop(future)
+                try:
+                    future.result()
+                except KilledWorker as exc:
+                    if len(batch) > 1:
+                        for tid, task in batch:
+                            if store.has(tid):
+                                yield tid
+                            else:
+                                single = client.submit(run, [(tid, task)], key=_key([(tid, task)]), retries=1,
+                                                       priority=len(batches) + 1, pure=False)
+                                futures[single] = [(tid, task)]
+                                done.add(single)
+                        continue
+                    tid = batch[0][0]
+                    if not store.has(tid):  # it may have died after its last write
                         store.quarantine(tid, f"the workers parsing it died twice ({type(exc).__name__}: {exc})")
-    return [tid for tid, _ in tasks]
+                yield from (tid for tid, _ in batch)
+
+        for _ in (progress or _progress)(finished(), total=sum(map(len, batches))):
+            pass
+    return [tid for batch in batches for tid, _ in batch]

@@ -40,6 +40,13 @@ from ingest.tracefile import TraceError, prefetched_id, trace_id_of
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
 PARALLEL_MIN_BYTES = 20_000_000
+# Traces are handed to workers in batches of about this many bytes of trace file (4 MB of gzipped Kineto
+# JSON: ~45 MB of JSON, ~15 profiles of the example traces' size, ~1 s of one core). A Dask task costs its
+# worker ~20 ms beside the parse, a third of an ordinary profile's ~60 ms; at ~1 s per batch it is 2%, and
+# the last batches, which run while the other workers have nothing left, keep the tail at ~1 s. A trace
+# larger than this is a batch of its own.
+BATCH_BYTES = 4_000_000
+BATCH_TRACES = 64  # and at most this many traces, however small (a worker's death reruns what a batch left)
 
 
 class TraceSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -349,30 +356,30 @@ class TraceStore:
                 report.parsed.append(tid)
                 continue
             pending[tid] = (self.url, str(path), name, digests, taxonomy)
-        ordered = sorted(pending.items(), key=lambda item: -Path(item[1][1]).stat().st_size)  # longest first
-        tasks = [task for _, task in ordered]
-        jobs = self.default_jobs(tasks) if jobs is None else jobs
-        if cluster and tasks:
+        sizes = {tid: Path(task[1]).stat().st_size for tid, task in pending.items()}
+        ordered = sorted(pending.items(), key=lambda item: -sizes[item[0]])  # longest first
+        jobs = self.default_jobs(sum(sizes.values())) if jobs is None else jobs
+        if cluster and ordered:
             from ingest.cluster import ingest_on_cluster
 
-            report.parsed += ingest_on_cluster(cluster, ordered, self, progress=progress)
-        elif jobs > 1 and len(tasks) > 1 and self.local:
+            report.parsed += ingest_on_cluster(cluster, batches(ordered, sizes), self, progress=progress)
+        elif jobs > 1 and len(ordered) > 1 and self.local:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
+            work = batches(ordered, sizes)
+            with ProcessPoolExecutor(max_workers=min(jobs, len(work)),
                                      mp_context=multiprocessing.get_context("spawn")) as pool:
-                done = pool.map(_ingest_one, tasks)
-                report.parsed += list(progress(done, total=len(tasks)) if progress else done)
+                done = (tid for ids in pool.map(_ingest_batch, work) for tid in ids)
+                report.parsed += list(progress(done, total=len(ordered)) if progress else done)
         else:
-            for task in progress(tasks) if progress else tasks:
+            for _, task in progress(ordered) if progress else ordered:
                 report.parsed.append(_ingest_one(task, self))
         return report
 
     @staticmethod
-    def default_jobs(tasks: list[tuple]) -> int:
-        """Worker processes: every core once the input is large enough to repay their start."""
-        size = sum(Path(t[1]).stat().st_size for t in tasks)
+    def default_jobs(size: int) -> int:
+        """Worker processes for `size` bytes of traces: every core once that repays their start."""
         return (os.cpu_count() or 1) if size >= PARALLEL_MIN_BYTES else 1
 
     # ---- views ----------------------------------------------------------------------------------
@@ -400,7 +407,42 @@ class TraceStore:
         return {"traces": traces, "quarantined": quarantined}
 
 
+def batches(ordered: list[tuple[str, tuple]], sizes: dict[str, int]) -> list[list[tuple[str, tuple]]]:
+    """`ordered` ((trace_id, task) pairs) cut, in order, into runs of up to BATCH_BYTES of trace file and
+    BATCH_TRACES traces each; a trace larger than BATCH_BYTES is a batch of its own."""
+    out: list[list[tuple[str, tuple]]] = []
+    size = 0
+    for pair in ordered:
+        if not out or len(out[-1]) >= BATCH_TRACES or (out[-1] and size + sizes[pair[0]] > BATCH_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(pair)
+        size += sizes[pair[0]]
+    return out
+
+
 _OPEN: dict[str, TraceStore] = {}
+
+
+def _open(url: str) -> TraceStore:
+    """The store at `url`, opened once per worker process."""
+    if url not in _OPEN:
+        # A worker process's first trace: what it has imported by now (polars, and a Dask worker's own
+        # machinery) lives as long as the process; frozen, the collector no longer walks it again and again.
+        gc.freeze()
+        _OPEN[url] = TraceStore(url)
+    return _OPEN[url]
+
+
+def _ingest_batch(batch: list[tuple[str, tuple]]) -> list[str]:
+    """Parse a batch of (trace_id, task) pairs into the store, in a worker process; their trace_ids.
+
+    A trace the store has already is skipped: the batch runs again when its worker died, and what
+    the first attempt stored stays as it was."""
+    for tid, task in batch:
+        if not _open(task[0]).has(tid):
+            _ingest_one(task)
+    return [tid for tid, _ in batch]
 
 
 def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
@@ -408,11 +450,7 @@ def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
     from ingest.pipeline import failure_reason, ingest_trace
 
     url, path, name, digests, taxonomy = task
-    if store is None and url not in _OPEN:
-        # A worker process's first trace: what it has imported by now (polars, and a Dask worker's own
-        # machinery) lives as long as the process; frozen, the collector no longer walks it again and again.
-        gc.freeze()
-    store = store or _OPEN.setdefault(url, TraceStore(url))
+    store = store or _open(url)
     capture_events = store.captures_for(digests)
     try:
         result = ingest_trace(path, name, captures=[], taxonomy=taxonomy, capture_events=capture_events)

@@ -1,5 +1,6 @@
-"""Ingest on a real Dask scheduler and two worker processes (loopback): same release bytes as a local build,
-and a worker SIGKILLed mid-run loses nothing and duplicates nothing."""
+"""Ingest on a real Dask scheduler and two worker processes (loopback): same release bytes as a local build; a
+worker SIGKILLed mid-batch loses nothing and duplicates nothing; a trace that kills its workers is quarantined
+and the other traces of its batch are not."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed")
+
+from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 from release.build import build_release  # noqa: E402
 from release.bundle import read_release  # noqa: E402
@@ -111,9 +114,27 @@ def test_a_release_built_on_dask_workers_is_the_local_build_byte_for_byte(cluste
     assert [k for k in local if local[k] != remote[k]] == []
 
 
-def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, examples_dir, local_release, tmp_path):
+def _assert_store_is_the_local_one(store: Path, local_store: Path) -> None:
     from ingest.store import TraceStore
 
+    ts, local = TraceStore(store), TraceStore(local_store)
+    assert ts.trace_ids() == local.trace_ids() and ts.quarantined() == []
+    for table in ("kernel_events", "op_shape_time", "provenance"):
+        names = sorted(p.name for p in (store / table).glob("*.parquet"))  # temporary files start with "."
+        assert names == [f"{t}.parquet" for t in local.trace_ids()]
+        assert [n for n in names if (store / table / n).read_bytes() != Path(local.root, table, n).read_bytes()] == []
+    assert ts.paths().equals(local.paths())
+
+
+def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, examples_dir, local_release, tmp_path):
+    from distributed import Client
+
+    import ingest.store
+    from ingest.discovery import discover
+
+    traces = discover([str(examples_dir / "traces")])
+    # the six example traces (1.4 MB of files) are one batch: one worker parses them all, one after another
+    assert sum(p.stat().st_size for p in traces) < ingest.store.BATCH_BYTES and len(traces) == 6
     out, store = tmp_path / "examples", tmp_path / "store"
     errors: list[BaseException] = []
 
@@ -124,25 +145,26 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, examples_
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
             errors.append(exc)
 
-    runner = threading.Thread(target=build)
-    runner.start()
-    deadline = time.monotonic() + 120
-    while not any((store / "summaries").glob("*.json")):
-        assert runner.is_alive() and time.monotonic() < deadline, errors or "no trace reached the store"
-        time.sleep(0.02)
-    still_running = runner.is_alive()
-    cluster.kill(cluster.workers[0])  # the worker and its nanny
+    with Client(cluster.address, timeout=START_TIMEOUT_S) as client:
+        names = {addr: w["name"] for addr, w in client.scheduler_info()["workers"].items()}
+        runner = threading.Thread(target=build)
+        runner.start()
+        deadline = time.monotonic() + 120
+        while not any((store / "summaries").glob("*.json")):
+            assert runner.is_alive() and time.monotonic() < deadline, errors or "no trace reached the store"
+            time.sleep(0.02)
+        busy = [names[addr] for addr, keys in client.processing().items() if keys]
+        stored = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (store / "summaries").glob("*.json")}
+        assert len(busy) == 1, busy
+        cluster.kill(cluster.workers[int(busy[0][1:])])  # the worker parsing the batch, and its nanny
     runner.join(300)
     assert not runner.is_alive() and not errors, errors
-    assert still_running, "the run ended before the kill: nothing was tested"
+    assert 0 < len(stored) < len(traces), f"{len(stored)} traces were stored before the kill: it was not mid-batch"
 
-    ts, local = TraceStore(store), TraceStore(local_release.with_name("store"))
-    assert ts.trace_ids() == local.trace_ids() and ts.quarantined() == []
-    for table in ("kernel_events", "op_shape_time", "provenance"):
-        names = sorted(p.name for p in (store / table).glob("*.parquet"))  # temporary files start with "."
-        assert names == [f"{t}.parquet" for t in local.trace_ids()]
-        assert [n for n in names if (store / table / n).read_bytes() != Path(local.root, table, n).read_bytes()] == []
-    assert ts.paths().equals(local.paths())
+    _assert_store_is_the_local_one(store, local_release.with_name("store"))
+    # the traces stored before the kill were skipped when the batch ran again, not parsed and written twice
+    assert {n: (store / "summaries" / n).stat().st_ino for n in stored} == {n: ino for n, (ino, _) in stored.items()}
+    assert {n: (store / "summaries" / n).stat().st_mtime_ns for n in stored} == {n: t for n, (_, t) in stored.items()}
     local_files, remote = _files(local_release), _files(out)
     assert [k for k in local_files if local_files[k] != remote.get(k)] == [] and sorted(remote) == sorted(local_files)
 
@@ -162,20 +184,53 @@ def test_hotshape_ingest_sends_its_parses_to_the_scheduler_in_the_environment(cl
     assert any(p.startswith("hotshape-ingest") for p in prefixes), prefixes
 
 
-def _die(task, store=None):
-    """Stands in for ingest.store._ingest_one on the workers: the worker process dies mid-trace."""
-    os._exit(1)
+class DiesAtTrace(WorkerPlugin):
+    """A worker plugin, so on every worker and on each one its nanny starts again: the worker process dies
+    when it comes to parse the trace whose path ends with `suffix` (as one that needs more memory than the
+    worker has), and parses every other trace as ingest.store does."""
+
+    name = "dies-at-trace"
+
+    def __init__(self, suffix: str):
+        self.suffix = suffix
+
+    def setup(self, worker):
+        import ingest.store
+
+        parse, suffix = ingest.store._ingest_one, self.suffix
+
+        def dying(task, store=None):
+            if task[1].endswith(suffix):
+                os._exit(1)
+            return parse(task, store)
+
+        ingest.store._ingest_one = dying
 
 
-def test_a_trace_whose_workers_die_twice_is_quarantined_with_the_reason(cluster, examples_dir, tmp_path, monkeypatch):
-    import ingest.store
-    from ingest.cluster import ingest_on_cluster
+def test_a_trace_whose_workers_die_twice_is_quarantined_and_its_batch_is_not(cluster, examples_dir, local_release,
+                                                                             tmp_path):
+    from distributed import Client
+
+    from ingest.discovery import discover
     from ingest.store import TraceStore
     from ingest.tracefile import trace_id_of
 
-    monkeypatch.setattr(ingest.store, "_ingest_one", _die)
+    traces = discover([str(examples_dir / "traces")])
+    poison = examples_dir / "traces" / "llama3-8b" / "eager.json.gz"  # the second of the one batch (longest first)
+    assert sorted(traces, key=lambda p: -p.stat().st_size)[1] == poison
+    with Client(cluster.address, timeout=START_TIMEOUT_S) as client:
+        client.register_plugin(DiesAtTrace("llama3-8b/eager.json.gz"))
     store = TraceStore(tmp_path / "store")
-    path = examples_dir / "traces" / "llama3-8b-compiled" / "eager.json.gz"
-    tid = trace_id_of(path.read_bytes())
-    assert ingest_on_cluster(cluster.address, [(tid, (store.url, str(path), "eager", (), None))], store) == [tid]
-    assert "KilledWorker" in store.quarantine_reason(tid) and store.summary(tid) is None
+    report = store.ingest(traces, cluster=cluster.address)
+
+    local = TraceStore(local_release.with_name("store"))
+    bad = trace_id_of(poison.read_bytes())
+    assert sorted(report.parsed) == local.trace_ids() and bad in local.trace_ids()
+    # the batch died twice at the poison trace; its other five traces were parsed again one by one, each stored
+    assert store.trace_ids() == [t for t in local.trace_ids() if t != bad]
+    reason = store.quarantine_reason(bad)
+    assert "KilledWorker" in reason and "died twice" in reason, reason
+    assert [q["reason"] for q in store.quarantined()] == [reason]
+    for table in ("kernel_events", "op_shape_time", "provenance"):
+        assert [t for t in store.trace_ids() if Path(store.file(table, t)).read_bytes()
+                != Path(local.file(table, t)).read_bytes()] == []
