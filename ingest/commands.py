@@ -43,8 +43,12 @@ def run_ingest(args: argparse.Namespace) -> int:
 
         gc.freeze()  # so no collection walks them again (they cost 20 ms of collections in a one-trace ingest)
 
-    root = Path(args.traces[0]) if len(args.traces) == 1 and Path(args.traces[0]).is_dir() else None
-    captures = [Path(c) for c in args.capture] if args.capture else None
+    from ingest.tracefile import is_url, trace_name
+
+    one = args.traces[0] if len(args.traces) == 1 else None
+    # names in the store are relative to the one folder named (a URL's too: discover listed it as one)
+    root = one if one is not None and (paths != [one] if is_url(one) else Path(one).is_dir()) else None
+    captures = [trace_name(c) for c in args.capture] if args.capture else None
     summary = write_ingest(
         paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs,
         cluster=args.cluster,

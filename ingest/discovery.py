@@ -20,10 +20,17 @@ def is_profile(rel: str) -> bool:
     return path.name.endswith(TRACE_SUFFIXES)
 
 
-def discover(paths: list[str]) -> list[Path]:
-    """Trace files named directly, or the profiles found under the directories named, sorted."""
-    found: list[Path] = []
+def discover(paths: list[str]) -> list[Path | str]:
+    """Trace files named directly, or the profiles found under the directories named, sorted; a name that
+    is an fsspec URL (file://, s3://...) stays a URL, a folder's profiles are URLs too."""
+    from ingest.tracefile import is_url, list_profiles
+
+    found: list[Path | str] = []
     for name in paths:
+        if is_url(name):
+            listed = list_profiles(name, is_profile)
+            found += [name] if listed is None else listed
+            continue
         path = Path(name)
         if path.is_dir():
             found += [

@@ -18,6 +18,7 @@ from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
 from ingest.schema import CAPTURE_COLUMNS
+from ingest.tracefile import file_exists, read_file, sibling, trace_name
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>;
 # torch.compile's CUDA-graph trees (mode="reduce-overhead", TraceLens' xDiT captures) record each
@@ -40,20 +41,20 @@ class Range:
     args: dict | None
 
 
-def capture_traces_for(trace_path: str | Path) -> list[Path]:
-    """Capture traces paired with a replay trace by a sibling capture_traces/execution_details.json."""
-    folder = Path(trace_path).parent / CAPTURE_DIR
-    sidecar = folder / "execution_details.json"
-    if not sidecar.exists():
+def capture_traces_for(trace_path: str | Path) -> list[str | Path]:
+    """Capture traces paired with a replay trace (a path or an fsspec URL) by a sibling
+    capture_traces/execution_details.json."""
+    sidecar = sibling(trace_path, CAPTURE_DIR, "execution_details.json")
+    if not file_exists(sidecar):
         return []
     try:
-        entries = json.loads(sidecar.read_text())
+        entries = json.loads(read_file(sidecar))
     except ValueError as exc:
         raise TraceError(sidecar, f"invalid JSON ({exc})") from None
     if isinstance(entries, dict):
         entries = [entries]
-    files = [folder / e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
-    return [f for f in files if f.exists()]
+    files = [sibling(sidecar, e["file"]) for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
+    return [f for f in files if file_exists(f)]
 
 
 def _step_token(launch_name: str, kernel: str | None) -> str | None:
@@ -64,9 +65,9 @@ def _step_token(launch_name: str, kernel: str | None) -> str | None:
     return kernel
 
 
-def _load(path: Path) -> dict:
+def _load(path: str | Path) -> dict:
     try:
-        raw = path.read_bytes()
+        raw = read_file(path)
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         doc = orjson.loads(raw)
@@ -88,7 +89,7 @@ def read_capture(path: str | Path) -> pl.DataFrame:
     streams) are left out: a captured launch only records a graph node, so on CUDA, where launch
     rows carry no kernel name, the rest are the graph's nodes in launch order.
     """
-    path = Path(path)
+    path = trace_name(path)
     doc = _load(path)
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0

@@ -38,7 +38,7 @@ def write_ingest(
     from ingest.store import TraceStore
 
     store = TraceStore(out)
-    names = [_display_path(Path(p), root) for p in paths]
+    names = [_display_path(p, root) for p in paths]
     report = store.ingest(paths, names, jobs=jobs, captures=captures, taxonomy=taxonomy, progress=progress,
                           cluster=cluster)
     return store.write_views(report.unreadable) | {"parsed": len(report.parsed), "reused": len(report.reused)}

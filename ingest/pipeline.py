@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, take, trace_id_of  # noqa: F401
+from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, is_url, read_file, take, trace_id_of  # noqa: F401
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
 # a fresh process then gunzips its first trace on a second core while they load (read_events).
@@ -54,6 +54,14 @@ def read_events(path: str | Path) -> pl.DataFrame:
 
 def _read_events(path: str | Path) -> pl.DataFrame:
     name = str(path)
+    if name.endswith((".sqlite", ".csv")) and is_url(name):
+        # SQLite and the CSV reader open a local file: the worker reads a copy
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="hotshape-trace-") as tmp:
+            local = Path(tmp) / name.rsplit("/", 1)[-1]
+            local.write_bytes(read_file(name))
+            return _read_events(local)
     if name.endswith(".sqlite"):
         from ingest.nsys import read_nsys
 
@@ -181,10 +189,13 @@ def failure_reason(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__} while ingesting: {text[:500]}" if text else f"unexpected {type(exc).__name__}"
 
 
-def _display_path(path: Path, root: str | Path | None) -> str:
+def _display_path(path: str | Path, root: str | Path | None) -> str:
+    if is_url(path) or is_url(root):
+        prefix = f"{str(root).rstrip('/')}/"
+        return str(path)[len(prefix):] if root is not None and str(path).startswith(prefix) else str(path)
     if root is not None:
         try:
-            return path.resolve().relative_to(Path(root).resolve()).as_posix()
+            return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
         except ValueError:
             pass
     return str(path)

@@ -35,7 +35,7 @@ import msgspec
 import polars as pl
 
 from ingest.schema import parquet
-from ingest.tracefile import TraceError, prefetched_id, trace_id_of
+from ingest.tracefile import TraceError, file_size, is_url, prefetched_id, read_file, trace_id_of, trace_name
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -78,14 +78,14 @@ class IngestReport:
     capture_ids: dict[str, str] = field(default_factory=dict)  # capture trace file → its content hash
 
 
-def _hash(path: Path) -> str | TraceError:
+def _hash(path: str | Path) -> str | TraceError:
     prefetched = prefetched_id(path)  # `hotshape ingest` of one trace has it read and hashed already
     if prefetched is not None:
         return prefetched
     try:
-        return trace_id_of(Path(path).read_bytes())
+        return trace_id_of(read_file(path))
     except OSError as exc:
-        return TraceError(path, f"cannot read ({exc.strerror})")
+        return TraceError(path, f"cannot read ({exc.strerror or exc})")
 
 
 BREAKDOWNS = ("operator", "phase", "attribution")  # TraceSummary's by_<column>
@@ -159,7 +159,7 @@ class TraceStore:
 
     def __init__(self, url: str | Path):
         self.url = str(url)
-        if "://" in self.url or "::" in self.url:  # a URL, or fsspec's chained form
+        if is_url(self.url):
             import fsspec
 
             self.fs, self.root = fsspec.core.url_to_fs(self.url)
@@ -293,7 +293,7 @@ class TraceStore:
             self._captures[digests] = pl.concat(frames) if frames else None
         return self._captures[digests]
 
-    def _ensure_captures(self, files: list[Path], report: IngestReport) -> tuple[str, ...]:
+    def _ensure_captures(self, files: list[str | Path], report: IngestReport) -> tuple[str, ...]:
         """Hashes of `files`, each parsed into the store unless it is there already; raises TraceError."""
         from ingest.graphs import read_capture
 
@@ -302,7 +302,7 @@ class TraceStore:
             # Every profile of a deployment names the same capture traces: each file is hashed once per run.
             digest = report.capture_ids.get(str(f))
             if digest is None:
-                digest = report.capture_ids[str(f)] = trace_id_of(Path(f).read_bytes())
+                digest = report.capture_ids[str(f)] = trace_id_of(read_file(f))
             if digest not in report.captures_parsed and digest not in report.captures_reused:
                 if self.fs.exists(self._capture_file(digest)):
                     report.captures_reused.append(digest)
@@ -327,7 +327,7 @@ class TraceStore:
         """
         from ingest.graphs import capture_traces_for
 
-        paths = [Path(p) for p in paths]
+        paths = [trace_name(p) for p in paths]  # paths, or fsspec URLs the workers read too
         names = [str(p) for p in paths] if names is None else list(names)
         report = IngestReport()
         if len(paths) > 1:
@@ -356,7 +356,7 @@ class TraceStore:
                 report.parsed.append(tid)
                 continue
             pending[tid] = (self.url, str(path), name, digests, taxonomy)
-        sizes = {tid: Path(task[1]).stat().st_size for tid, task in pending.items()}
+        sizes = {tid: file_size(task[1]) for tid, task in pending.items()}
         ordered = sorted(pending.items(), key=lambda item: -sizes[item[0]])  # longest first
         jobs = self.default_jobs(sum(sizes.values())) if jobs is None else jobs
         if cluster and ordered:
@@ -455,7 +455,7 @@ def _ingest_one(task: tuple, store: TraceStore | None = None) -> str:
     try:
         result = ingest_trace(path, name, captures=[], taxonomy=taxonomy, capture_events=capture_events)
     except Exception as exc:  # noqa: BLE001 - any failure of one trace quarantines it; the rest go on
-        tid = trace_id_of(Path(path).read_bytes())
+        tid = trace_id_of(read_file(path))
         store.quarantine(tid, exc.problem if isinstance(exc, TraceError) else failure_reason(exc))
         return tid
     return store.put(result).trace_id

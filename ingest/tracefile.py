@@ -19,6 +19,64 @@ class TraceError(ValueError):
         self.problem = problem
 
 
+def is_url(name: str | Path | None) -> bool:
+    """Whether a trace (or store) is named by an fsspec URL (s3://..., file://..., fsspec's chained a::b) rather
+    than a path; a Path never is one (it would have folded the URL's `//`)."""
+    return isinstance(name, str) and ("://" in name or "::" in name)
+
+
+def trace_name(name: str | Path) -> str | Path:
+    """A trace file's name as the readers take it: a Path, or the URL string as given."""
+    return name if is_url(name) else Path(name)
+
+
+def _fs(url: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
+def read_file(name: str | Path) -> bytes:
+    """The bytes of a file named by a path or an fsspec URL (workers read traces from shared storage so)."""
+    if is_url(name):
+        fs, path = _fs(name)
+        return fs.cat_file(path)
+    return Path(name).read_bytes()
+
+
+def file_exists(name: str | Path) -> bool:
+    """Whether a file named by a path or an fsspec URL exists."""
+    if is_url(name):
+        fs, path = _fs(name)
+        return fs.isfile(path)
+    return Path(name).is_file()
+
+
+def file_size(name: str | Path) -> int:
+    """The size in bytes of a file named by a path or an fsspec URL."""
+    if is_url(name):
+        fs, path = _fs(name)
+        return fs.size(path)
+    return Path(name).stat().st_size
+
+
+def sibling(name: str | Path, *parts: str) -> str | Path:
+    """The file at `parts` under the folder of `name` (a path or an fsspec URL)."""
+    if is_url(name):
+        return "/".join([name.rsplit("/", 1)[0], *parts])
+    return Path(name).parent.joinpath(*parts)
+
+
+def list_profiles(url: str, is_profile) -> list[str] | None:
+    """The files under the folder at `url` that `is_profile` takes (given each one's path relative to the
+    folder), as URLs, sorted; None when `url` is not a folder."""
+    fs, root = _fs(url)
+    if not fs.isdir(root):
+        return None
+    root = root.rstrip("/")
+    return [fs.unstrip_protocol(f) for f in sorted(fs.find(root)) if is_profile(f[len(root) + 1:])]
+
+
 def trace_id_of(raw: bytes) -> str:
     """The content address of a trace file: first 16 hex digits of its sha256."""
     return hashlib.sha256(raw).hexdigest()[:16]
@@ -72,7 +130,7 @@ class TraceBytes:
     """
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path = trace_name(path)
         self._outcome: tuple[str, bytes] | Exception | None = None
         self._trace_id: str | None = None
         self._hashed = threading.Event()  # set once the bytes are hashed (or reading failed), before the gunzip
@@ -82,9 +140,9 @@ class TraceBytes:
     def _load(self) -> None:
         try:
             try:
-                raw = self.path.read_bytes()
+                raw = read_file(self.path)
             except OSError as exc:
-                raise TraceError(self.path, f"cannot read ({exc.strerror})") from None
+                raise TraceError(self.path, f"cannot read ({exc.strerror or exc})") from None
             self._trace_id = trace_id_of(raw)
             self._hashed.set()
             self._outcome = (self._trace_id, decompress(self.path, raw))
