@@ -5,10 +5,12 @@
     .venv/bin/python benchmarks/dask_scale_out.py dagster-batch --root /tmp/fleet --profiles 40
     .venv/bin/python benchmarks/dask_scale_out.py per-mb --results benchmarks/results/dask_scale_out.txt
 
-`fleet` builds fleet_N.yaml of a fleet written by `benchmarks/fleet.py generate` three ways, each from a
-fresh trace store: `--jobs 1` (one process), `--cluster` on a `dask scheduler` with two `dask worker`
-processes (--nworkers 1 --nthreads 1, started before the clock starts, as a cluster is), and the local
-pool (`--jobs 2`) for reference; then checks that the three releases are byte-for-byte the same.
+`fleet` builds fleet_N.yaml of a fleet written by `benchmarks/fleet.py generate` four ways, each from a
+fresh trace store and alone on the machine: `--jobs 1` (one process); `--cluster` on a `dask scheduler`
+with two `dask worker` processes (--nworkers 1 --nthreads 1, started before the clock starts, as a
+cluster is, and stopped after that build), once with ingest.cluster.WORKER_ENV (what docs/scale-out.md
+deploys) and once with Dask's defaults; and the local pool (`--jobs 2`) for reference; then checks that
+the four releases are byte-for-byte the same.
 `dagster-batch` runs `benchmarks/fleet.py dagster`'s comparison with every trace partition in one
 Dagster run (the range tags a single-run backfill gives its run). `per-mb` times the store ingest of the example traces in this process (one core, fresh store each
 repeat) and prints MB of trace JSON per CPU-second, the number docs/scale-out.md sizes a cluster from.
@@ -42,14 +44,18 @@ def _start(argv: list, log: Path, env=None) -> subprocess.Popen:
                             start_new_session=True, cwd=REPO, env=env)
 
 
-def local_cluster(work: Path, workers: int) -> tuple[str, list[subprocess.Popen]]:
-    """A `dask scheduler` on 127.0.0.1 and `workers` single-threaded `dask worker` processes; its address."""
+def local_cluster(work: Path, workers: int, tuned: bool = True) -> tuple[str, list[subprocess.Popen]]:
+    """A `dask scheduler` on 127.0.0.1 and `workers` single-threaded `dask worker` processes; its address.
+    `tuned`: with ingest.cluster.WORKER_ENV (what docs/scale-out.md deploys), else Dask's defaults."""
     from distributed import Client
 
+    from ingest.cluster import WORKER_ENV
+
+    work.mkdir(parents=True, exist_ok=True)
     sched_file = work / "scheduler.json"
     # this checkout's code on every process's path, not the one the environment has installed
-    env = os.environ | {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
-                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = os.environ | (WORKER_ENV if tuned else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}) | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     procs = [_start([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                      "--scheduler-file", sched_file], work / "scheduler.log", env)]
     while not sched_file.is_file():
@@ -100,23 +106,28 @@ def fleet(root: Path, n: int, work: Path) -> list[str]:
     hotshape = [sys.executable, "-m", "pipelines.cli", "build", "--traces", str(root), "--fleet", str(fleet_yaml)]
     lines = [f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, N={n}, "
              f"json_mb={mb:.1f}, load average before {os.getloadavg()[0]:.1f}"]
-    address, procs = local_cluster(work, 2)
-    try:
-        times = {}
-        for label, extra in (("one-process", ["--jobs", "1"]), ("dask-2-workers", ["--cluster", address]),
-                             ("local-pool-2", ["--jobs", "2"])):
-            out = work / label
+    times = {}
+    # each way alone on the machine: a scheduler and its workers are started (before the clock) for
+    # their own build only and stopped after it
+    ways = (("one-process", None), ("dask-2-workers", True), ("dask-2-defaults", False), ("local-pool-2", None))
+    for label, tuned in ways:
+        out = work / label
+        procs, extra = [], ["--jobs", "2" if label == "local-pool-2" else "1"]
+        try:
+            if tuned is not None:
+                address, procs = local_cluster(out / "cluster", 2, tuned)
+                extra = ["--cluster", address]
             cpu0 = cluster_cpu_s(procs)
             times[label] = t = fleet_bench.timed([*hotshape, "--out", str(out / "rel"), "--store", str(out / "store"),
                                                   "--name", "fleet", *extra])
-            lines.append(f"{label:<15} wall_s={t['wall_s']:7.1f} client_cpu_s={t['user_s'] + t['sys_s']:7.1f} "
-                         f"cluster_cpu_s={cluster_cpu_s(procs) - cpu0:7.1f} "
-                         f"ratio_to_one_process={t['wall_s'] / times['one-process']['wall_s']:.2f}")
-            print(lines[-1], flush=True)
-    finally:
-        stop(procs)
+            cluster = f"cluster_cpu_s={cluster_cpu_s(procs) - cpu0:7.1f} " if procs else ""
+        finally:
+            stop(procs)
+        lines.append(f"{label:<15} wall_s={t['wall_s']:7.1f} client_cpu_s={t['user_s'] + t['sys_s']:7.1f} {cluster}"
+                     f"ratio_to_one_process={t['wall_s'] / times['one-process']['wall_s']:.2f}")
+        print(lines[-1], flush=True)
     base = release_files(work / "one-process" / "rel")
-    for label in ("dask-2-workers", "local-pool-2"):
+    for label, _ in ways[1:]:
         other = release_files(work / label / "rel")
         same = sorted(other) == sorted(base) and all(other[k] == base[k] for k in base)
         lines.append(f"{label} release identical to one-process: {same}")

@@ -27,6 +27,21 @@ from collections.abc import Callable, Iterable
 
 SCHEDULER_ENV = "HOTSHAPE_DASK_SCHEDULER"
 CONNECT_TIMEOUT_S = 30
+# The environment of a scheduler and workers that only parse traces (docs/scale-out.md sets it in the
+# Helm values; benchmarks/dask_scale_out.py starts its workers with it). Dask's defaults serve the
+# dashboard and memory accounting; on a 2-core host they cost the parses ~10% of the workers' CPU.
+WORKER_ENV = {
+    # a task may fail once on a dead worker: the scheduler then gives it to another (see above)
+    "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
+    # the statistical profiler walks the parsing thread's stack every 10 ms, for the dashboard
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+    # the nanny sets MALLOC_TRIM_THRESHOLD_=65536 for the worker, which also pins glibc's mmap threshold at
+    # 128 kB: each large buffer of a parse is mapped and faulted in anew (10x the page faults of a process
+    # with glibc's own thresholds); a worker parses one trace at a time, so its peak is one trace's need
+    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": '{"MALLOC_TRIM_THRESHOLD_": None}',
+    # each process checks its event loop for blockage every 20 ms
+    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+}
 
 
 def default_cluster() -> str | None:
