@@ -74,23 +74,41 @@ def _key(batch: list[tuple[str, tuple]]) -> str:
 
 
 def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], store,
-                      progress: Callable[..., Iterable] | None = None) -> list[str]:
-    """Run `batches` (lists of (trace_id, ingest task) pairs, longest first) on the scheduler at `address`;
-    the trace_ids done, in the order given (what the workers stored, or what was quarantined). Progress
-    counts traces: a batch's traces as it finishes."""
+                      progress: Callable[..., Iterable] | None = None,
+                      more: Callable[[], tuple[list[list[tuple[str, tuple]]], list[str]]] | None = None,
+                      priority: Callable[[list], int] | None = None) -> list[str]:
+    """Run `batches` (lists of (trace_id, ingest task) pairs) on the scheduler at `address`, and then the
+    batches `more()` returns (called here once the first are submitted, with the trace_ids it settled
+    itself); the trace_ids done, in that order (what the workers stored, or what was quarantined).
+    `priority(batch)` orders the batches on the scheduler (default: as given). Progress counts traces:
+    a batch's traces as it finishes."""
     from distributed import Client, as_completed
     from distributed.scheduler import KilledWorker
 
     import ingest.store
 
     run = ingest.store._ingest_batch  # looked up here, so a test can stand in for it
+    order = {id(batch): len(batches) - i for i, batch in enumerate(batches)}
+    rank = priority or (lambda batch: order.get(id(batch), 0))
     with Client(address, timeout=CONNECT_TIMEOUT_S) as client:
-        # priority keeps the local pool's longest-first order; a batch sent again trace by trace goes first
-        futures = {client.submit(run, batch, key=_key(batch), retries=1, priority=len(batches) - i, pure=False): batch
-                   for i, batch in enumerate(batches)}
-        done = as_completed(futures, with_results=False)
+        futures: dict = {}
+        done = as_completed([], with_results=False)
+
+        def submit(batch, first=False):
+            # a batch sent again trace by trace goes before the rest
+            future = client.submit(run, batch, key=_key(batch), retries=1, pure=False,
+                                   priority=2**62 if first else rank(batch))
+            futures[future] = batch
+            done.add(future)
+
+        for batch in batches:
+            submit(batch)
+        later, settled = more() if more else ([], [])
+        for batch in later:
+            submit(batch)
 
         def finished():
+            yield from settled
             for future in done:
                 batch = futures.pop(future)
                 try:
@@ -101,16 +119,14 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
                             if store.has(tid):
                                 yield tid
                             else:
-                                single = client.submit(run, [(tid, task)], key=_key([(tid, task)]), retries=1,
-                                                       priority=len(batches) + 1, pure=False)
-                                futures[single] = [(tid, task)]
-                                done.add(single)
+                                submit([(tid, task)], first=True)
                         continue
                     tid = batch[0][0]
                     if not store.has(tid):  # it may have died after its last write
                         store.quarantine(tid, f"the workers parsing it died twice ({type(exc).__name__}: {exc})")
                 yield from (tid for tid, _ in batch)
 
-        for _ in (progress or _progress)(finished(), total=sum(map(len, batches))):
+        total = sum(map(len, batches)) + sum(map(len, later)) + len(settled)
+        for _ in (progress or _progress)(finished(), total=total):
             pass
-    return [tid for batch in batches for tid, _ in batch]
+    return [tid for batch in [*batches, *later] for tid, _ in batch] + list(settled)

@@ -293,24 +293,36 @@ class TraceStore:
             self._captures[digests] = pl.concat(frames) if frames else None
         return self._captures[digests]
 
-    def _ensure_captures(self, files: list[str | Path], report: IngestReport) -> tuple[str, ...]:
-        """Hashes of `files`, each parsed into the store unless it is there already; raises TraceError."""
-        from ingest.graphs import read_capture
-
+    def _capture_ids(self, files: list[str | Path], report: IngestReport) -> tuple[str, ...]:
+        """The content hashes of capture trace files."""
         digests = []
         for f in files:
             # Every profile of a deployment names the same capture traces: each file is hashed once per run.
             digest = report.capture_ids.get(str(f))
             if digest is None:
                 digest = report.capture_ids[str(f)] = trace_id_of(read_file(f))
-            if digest not in report.captures_parsed and digest not in report.captures_reused:
-                if self.fs.exists(self._capture_file(digest)):
-                    report.captures_reused.append(digest)
-                else:
-                    self._write(self._capture_file(digest), parquet(read_capture(f), "CAPTURES"))
-                    report.captures_parsed.append(digest)
             digests.append(digest)
         return tuple(digests)
+
+    def _capture_stored(self, digest: str, report: IngestReport) -> bool:
+        """Whether the parsed capture trace `digest` is in the store (parsed by this run, or before)."""
+        if digest in report.captures_parsed or digest in report.captures_reused:
+            return True
+        if self.fs.exists(self._capture_file(digest)):
+            report.captures_reused.append(digest)
+            return True
+        return False
+
+    def _ensure_captures(self, files: list[str | Path], report: IngestReport) -> tuple[str, ...]:
+        """Hashes of `files`, each parsed into the store unless it is there already; raises TraceError."""
+        from ingest.graphs import read_capture
+
+        digests = self._capture_ids(files, report)
+        for f, digest in zip(files, digests):
+            if not self._capture_stored(digest, report):
+                self._write(self._capture_file(digest), parquet(read_capture(f), "CAPTURES"))
+                report.captures_parsed.append(digest)
+        return digests
 
     # ---- ingesting ------------------------------------------------------------------------------
     def ingest(self, paths: list[str | Path], names: list[str] | None = None, *, jobs: int | None = None,
@@ -337,33 +349,66 @@ class TraceStore:
                 hashes = list(pool.map(_hash, paths))  # sha256 releases the GIL
         else:
             hashes = list(map(_hash, paths))
-        pending: dict[str, tuple] = {}
+        ready: dict[str, tuple] = {}  # trace_id -> task
+        waiting: dict[str, tuple] = {}  # trace_id -> (task, capture files): captures the store lacks
         for path, name, tid in zip(paths, names, hashes):
             if isinstance(tid, TraceError):
                 report.unreadable.append({"path": name, "reason": tid.problem})
                 continue
             report.ids[name] = tid
             self.record_name(name, tid)
-            if tid in pending or tid in report.reused:
+            if tid in ready or tid in waiting or tid in report.reused:
                 continue
             if self.has(tid):
                 report.reused.append(tid)
                 continue
             try:
-                digests = self._ensure_captures(captures if captures is not None else capture_traces_for(path), report)
+                files = captures if captures is not None else capture_traces_for(path)
+                digests = self._capture_ids(files, report)
             except TraceError as exc:
                 self.quarantine(tid, exc.problem)
                 report.parsed.append(tid)
                 continue
-            pending[tid] = (self.url, str(path), name, digests, taxonomy)
-        sizes = {tid: file_size(task[1]) for tid, task in pending.items()}
-        ordered = sorted(pending.items(), key=lambda item: -sizes[item[0]])  # longest first
+            task = (self.url, str(path), name, digests, taxonomy)
+            if all(self._capture_stored(d, report) for d in digests):
+                ready[tid] = task
+            else:
+                waiting[tid] = (task, files)
+        sizes = {tid: file_size(task[1]) for tid, task in [*ready.items(), *((t, w[0]) for t, w in waiting.items())]}
+
+        def parse_captures() -> tuple[list[tuple[str, tuple]], list[str]]:
+            """The capture traces `waiting` needs parsed into the store: its (trace_id, task) pairs, and the
+            trace_ids quarantined because a capture trace of theirs cannot be read."""
+            pairs, bad = [], []
+            for tid, (task, files) in waiting.items():
+                try:
+                    self._ensure_captures(files, report)
+                    pairs.append((tid, task))
+                except TraceError as exc:
+                    self.quarantine(tid, exc.problem)
+                    bad.append(tid)
+            return pairs, bad
+
+        def longest_first(pairs):
+            return sorted(pairs, key=lambda item: -sizes[item[0]])
+
         jobs = self.default_jobs(sum(sizes.values())) if jobs is None else jobs
-        if cluster and ordered:
+        if cluster and sizes:
             from ingest.cluster import ingest_on_cluster
 
-            report.parsed += ingest_on_cluster(cluster, batches(ordered, sizes), self, progress=progress)
-        elif jobs > 1 and len(ordered) > 1 and self.local:
+            def more():
+                pairs, bad = parse_captures()
+                return batches(longest_first(pairs), sizes), bad
+
+            # the workers parse the traces that need no new capture trace while this process parses those
+            report.parsed += ingest_on_cluster(cluster, batches(longest_first(ready.items()), sizes), self,
+                                               progress=progress, more=more if waiting else None,
+                                               priority=lambda batch: sizes[batch[0][0]])
+            return report
+        pairs, bad = parse_captures()
+        report.parsed += bad
+        ordered = longest_first([*ready.items(), *pairs])
+        if jobs > 1 and len(ordered) > 1 and self.local:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 

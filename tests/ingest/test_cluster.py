@@ -130,11 +130,17 @@ def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, example
     from distributed import Client
 
     import ingest.store
+    from ingest.cluster import _key
     from ingest.discovery import discover
+    from ingest.tracefile import trace_id_of
 
     traces = discover([str(examples_dir / "traces")])
-    # the six example traces (1.4 MB of files) are one batch: one worker parses them all, one after another
-    assert sum(p.stat().st_size for p in traces) < ingest.store.BATCH_BYTES and len(traces) == 6
+    # the four example traces with graph replays (a capture_traces/ beside them) are one batch (1.0 MB of files),
+    # sent once the client has parsed their capture traces; the other two are another batch
+    graphs = sorted((p for p in traces if (p.parent / "capture_traces").is_dir()), key=lambda p: -p.stat().st_size)
+    assert len(graphs) == 4 and sum(p.stat().st_size for p in graphs) < ingest.store.BATCH_BYTES
+    batch = [f"{trace_id_of(p.read_bytes())}.json" for p in graphs]
+    key = _key([(name[:-5], ()) for name in batch])
     out, store = tmp_path / "examples", tmp_path / "store"
     errors: list[BaseException] = []
 
@@ -150,16 +156,16 @@ def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, example
         runner = threading.Thread(target=build)
         runner.start()
         deadline = time.monotonic() + 120
-        while not any((store / "summaries").glob("*.json")):
+        while not any((store / "summaries" / name).is_file() for name in batch):
             assert runner.is_alive() and time.monotonic() < deadline, errors or "no trace reached the store"
             time.sleep(0.02)
-        busy = [names[addr] for addr, keys in client.processing().items() if keys]
-        stored = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (store / "summaries").glob("*.json")}
-        assert len(busy) == 1, busy
+        busy = [names[addr] for addr, keys in client.processing().items() if key in keys]
+        stored = {n: (p.stat().st_ino, p.stat().st_mtime_ns) for n in batch if (p := store / "summaries" / n).is_file()}
+        assert len(busy) == 1, (busy, client.processing())
         cluster.kill(cluster.workers[int(busy[0][1:])])  # the worker parsing the batch, and its nanny
     runner.join(300)
     assert not runner.is_alive() and not errors, errors
-    assert 0 < len(stored) < len(traces), f"{len(stored)} traces were stored before the kill: it was not mid-batch"
+    assert 0 < len(stored) < len(batch), f"{len(stored)} of its traces were stored before the kill: not mid-batch"
 
     _assert_store_is_the_local_one(store, local_release.with_name("store"))
     # the traces stored before the kill were skipped when the batch ran again, not parsed and written twice
@@ -243,8 +249,10 @@ def test_a_trace_whose_workers_die_twice_is_quarantined_and_its_batch_is_not(clu
     from ingest.tracefile import trace_id_of
 
     traces = discover([str(examples_dir / "traces")])
-    poison = examples_dir / "traces" / "llama3-8b" / "eager.json.gz"  # the second of the one batch (longest first)
-    assert sorted(traces, key=lambda p: -p.stat().st_size)[1] == poison
+    # the second trace of the batch of the four with graph replays (longest first)
+    poison = examples_dir / "traces" / "llama3-8b" / "eager.json.gz"
+    graphs = [p for p in traces if (p.parent / "capture_traces").is_dir()]
+    assert sorted(graphs, key=lambda p: -p.stat().st_size)[1] == poison
     with Client(cluster.address, timeout=START_TIMEOUT_S) as client:
         client.register_plugin(DiesAtTrace("llama3-8b/eager.json.gz"))
     store = TraceStore(tmp_path / "store")
@@ -253,7 +261,7 @@ def test_a_trace_whose_workers_die_twice_is_quarantined_and_its_batch_is_not(clu
     local = TraceStore(local_release.with_name("store"))
     bad = trace_id_of(poison.read_bytes())
     assert sorted(report.parsed) == local.trace_ids() and bad in local.trace_ids()
-    # the batch died twice at the poison trace; its other five traces were parsed again one by one, each stored
+    # the batch died twice at the poison trace; its other traces were sent again one by one, each stored
     assert store.trace_ids() == [t for t in local.trace_ids() if t != bad]
     reason = store.quarantine_reason(bad)
     assert "KilledWorker" in reason and "died twice" in reason, reason
