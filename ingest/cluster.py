@@ -21,6 +21,7 @@ message, as on the local path (one bad file never aborts a batch).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -88,8 +89,7 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
     import ingest.store
 
     run = ingest.store._ingest_batch  # looked up here, so a test can stand in for it
-    order = {id(batch): len(batches) - i for i, batch in enumerate(batches)}
-    rank = priority or (lambda batch: order.get(id(batch), 0))
+    submitted = itertools.count()
     with Client(address, timeout=CONNECT_TIMEOUT_S) as client:
         futures: dict = {}
         done = as_completed([], with_results=False)
@@ -97,7 +97,7 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
         def submit(batch, first=False):
             # a batch sent again trace by trace goes before the rest
             future = client.submit(run, batch, key=_key(batch), retries=1, pure=False,
-                                   priority=2**62 if first else rank(batch))
+                                   priority=2**62 if first else priority(batch) if priority else -next(submitted))
             futures[future] = batch
             done.add(future)
 
