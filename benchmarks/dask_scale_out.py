@@ -117,14 +117,15 @@ def fleet(root: Path, n: int, work: Path) -> list[str]:
             if tuned is not None:
                 address, procs = local_cluster(out / "cluster", 2, tuned)
                 extra = ["--cluster", address]
-            cpu0 = cluster_cpu_s(procs)
+            cpu0, load = cluster_cpu_s(procs), os.getloadavg()[0]
             times[label] = t = fleet_bench.timed([*hotshape, "--out", str(out / "rel"), "--store", str(out / "store"),
                                                   "--name", "fleet", *extra])
             cluster = f"cluster_cpu_s={cluster_cpu_s(procs) - cpu0:7.1f} " if procs else ""
         finally:
             stop(procs)
         lines.append(f"{label:<15} wall_s={t['wall_s']:7.1f} client_cpu_s={t['user_s'] + t['sys_s']:7.1f} {cluster}"
-                     f"ratio_to_one_process={t['wall_s'] / times['one-process']['wall_s']:.2f}")
+                     f"ratio_to_one_process={t['wall_s'] / times['one-process']['wall_s']:.2f} "
+                     f"load_before={load:.1f} load_after={os.getloadavg()[0]:.1f}")
         print(lines[-1], flush=True)
     base = release_files(work / "one-process" / "rel")
     for label, _ in ways[1:]:
