@@ -140,8 +140,8 @@ def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, example
     graphs = sorted((p for p in traces if (p.parent / "capture_traces").is_dir()), key=lambda p: -p.stat().st_size)
     assert len(graphs) == 4 and sum(p.stat().st_size for p in graphs) < ingest.store.BATCH_BYTES
     batch = [f"{trace_id_of(p.read_bytes())}.json" for p in graphs]
-    key = _key([(name[:-5], ()) for name in batch])
     out, store = tmp_path / "examples", tmp_path / "store"
+    key = _key([(name[:-5], (str(store),)) for name in batch])  # a task's first field: the store's URL
     errors: list[BaseException] = []
 
     def build():
@@ -269,3 +269,19 @@ def test_a_trace_whose_workers_die_twice_is_quarantined_and_its_batch_is_not(clu
     for table in ("kernel_events", "op_shape_time", "provenance"):
         assert [t for t in store.trace_ids() if Path(store.file(table, t)).read_bytes()
                 != Path(local.file(table, t)).read_bytes()] == []
+
+
+def test_a_task_key_names_its_traces_and_its_store():
+    """A scheduler answers a key it still holds with that key's result, without running the task again (seen:
+    a test's ingest reported a trace done that its store never got, the key's result being an earlier test's
+    ingest of the same traces into another store, on the same scheduler)."""
+    from ingest.cluster import _key
+
+    def batch(store: str, *tids: str) -> list:
+        return [(t, (store, f"/traces/{t}.json.gz", f"{t}.json.gz", (), None)) for t in tids]
+
+    assert _key(batch("/s/a", "t1", "t2")) == _key(batch("/s/a", "t1", "t2"))  # one store: run once
+    assert _key(batch("/s/a", "t1", "t2")) != _key(batch("/s/b", "t1", "t2"))
+    assert _key(batch("/s/a", "t1")) != _key(batch("s3://bucket/a", "t1"))
+    assert _key(batch("/s/a", "t1", "t2")) != _key(batch("/s/a", "t1", "t3"))
+    assert len({_key(batch("/s/a", "t1")), _key(batch("/s/a", "t1", "t2"))}) == 2
