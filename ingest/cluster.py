@@ -12,8 +12,9 @@ temporary names until renamed and its summary is renamed last, so the store does
 trace, and the scheduler gives the batch to another worker, which skips the traces already stored. Run the
 scheduler with `DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1` so that this happens once; when the
 batch's second worker dies too (KilledWorker), each of its traces still without a result is sent again on
-its own, and a trace whose own task kills two workers is quarantined with that reason (a trace that kills
-workers is most often one too large for their memory). The other traces of the batch are never
+its own, and a trace whose own task kills two workers is tried once more, alone among such last tries,
+and quarantined with that reason if that try kills its workers too (a trace that kills workers is most often
+one too large for their memory; a dead worker counts against every task it had been given). The other traces of the batch are never
 quarantined for it. An exception raised by the parse itself quarantines that trace with its type and
 message, as on the local path (one bad file never aborts a batch).
 """
@@ -98,9 +99,9 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
         futures: dict = {}
         done = as_completed([], with_results=False)
 
-        def submit(batch, first=False):
+        def submit(batch, first=False, key=None):
             # a batch sent again trace by trace goes before the rest
-            future = client.submit(run, batch, key=_key(batch), retries=1, pure=False,
+            future = client.submit(run, batch, key=key or _key(batch), retries=1, pure=False,
                                    priority=2**62 if first else priority(batch) if priority else -next(submitted))
             futures[future] = batch
             done.add(future)
@@ -110,6 +111,19 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
         later, settled = more() if more else ([], [])
         for batch in later:
             submit(batch)
+
+        # A dead worker counts against every task the scheduler had given it, not only the one it was running
+        # (seen: an innocent trace sent beside the one that kills workers got KilledWorker with it and was
+        # quarantined). A trace whose own task got KilledWorker is therefore tried once more, alone among
+        # such last tries (one in flight at a time), and quarantined only if that try's workers die too.
+        alone: list = []  # traces waiting for their last try
+        last_try: set = set()  # the trace whose last try is in flight (one at most)
+
+        def next_alone():
+            if alone and not last_try:
+                tid, task = alone.pop(0)
+                submit([(tid, task)], first=True, key=f"{_key([(tid, task)])}-alone")
+                last_try.add(tid)
 
         def finished():
             yield from settled
@@ -126,8 +140,15 @@ def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], stor
                                 submit([(tid, task)], first=True)
                         continue
                     tid = batch[0][0]
+                    if tid not in last_try and not store.has(tid):
+                        alone.append(batch[0])
+                        next_alone()
+                        continue
                     if not store.has(tid):  # it may have died after its last write
                         store.quarantine(tid, f"the workers parsing it died twice ({type(exc).__name__}: {exc})")
+                if len(batch) == 1:
+                    last_try.discard(batch[0][0])
+                next_alone()
                 yield from (tid for tid, _ in batch)
 
         total = sum(map(len, batches)) + sum(map(len, later)) + len(settled)
