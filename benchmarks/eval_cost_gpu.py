@@ -124,7 +124,6 @@ def copy_costs(gib: float, directory: str) -> dict:
 def timing_costs() -> dict:
     """Wall seconds of time_calls on a 1M-element multiply under the profiler, with its settle blocks and
     warm-up as they are and cut down."""
-    x = torch.ones(1 << 20, device="cuda")
     sets = [{"x": torch.ones(1 << 20, device="cuda")} for _ in range(4)]
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     out = {}
@@ -136,7 +135,6 @@ def timing_costs() -> dict:
         out[f"{label}_s"] = time.perf_counter() - t0
         out[f"{label}_median_us"] = statistics.median(times) * 1e6
         out[f"{label}_marked"] = times.marked
-    del x
     return out
 
 

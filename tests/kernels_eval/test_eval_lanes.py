@@ -44,7 +44,8 @@ def _recording_judge(seen: dict, order: list):
     return judge
 
 
-def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_path):
+def _recorded_gpu_run(monkeypatch, tmp_path, ops) -> tuple[dict, list, Path]:
+    """(seen, order, submission dir) for a run on a pretend GPU whose judges record where they ran."""
     seen, order = {}, []
     monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, order))
     monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
@@ -53,9 +54,14 @@ def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_p
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
     sub = tmp_path / "sub"
     sub.mkdir()
-    ops = ("rms_norm", "silu_and_mul", "layer_norm", "l2_norm", "gemm", "embedding")
     for op in ops:
         (sub / f"{op}.py").write_text("class Model: pass\n")
+    return seen, order, sub
+
+
+def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_path):
+    ops = ("rms_norm", "silu_and_mul", "layer_norm", "l2_norm", "gemm", "embedding")
+    seen, order, sub = _recorded_gpu_run(monkeypatch, tmp_path, ops)
     view = _view({op: 2 for op in ops})
     config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, gpu_memory_fraction=0.45)
     rows = runner.evaluate(sub, view, config=config, lanes=4)
@@ -234,16 +240,7 @@ def test_lanes_below_one_is_refused_before_anything_is_read(tmp_path):
 def test_an_operator_longer_than_half_a_lanes_share_is_split_over_lanes(monkeypatch, tmp_path):
     """Seen on H200: one operator's 25 problems kept one lane busy for 400 s while the others were done
     after 90. Its problems are dealt over parts judged in other lanes, each problem judged once."""
-    seen, order = {}, []
-    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, order))
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    for op in ("unified_attention", "rms_norm", "mrope"):
-        (sub / f"{op}.py").write_text("class Model: pass\n")
+    seen, order, sub = _recorded_gpu_run(monkeypatch, tmp_path, ("unified_attention", "rms_norm", "mrope"))
     view = _view({"unified_attention": 25, "rms_norm": 4, "mrope": 2})
     config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
     rows = runner.evaluate(sub, view, config=config, lanes=6)
