@@ -561,21 +561,24 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     # overlap), then the checked problems are timed one at a time per device: a timed window shares the device
     # with nothing (measured on H200 with a readers-writer gate around timed calls instead: each timing waited
     # for the other lanes' in-flight compiles, 3x slower per problem than one lane). Problems too large to share
-    # the device are checked (and timed) after the lanes' checks, alone.
+    # a lane's memory are checked in a large lane of their own beside the lanes (`_run_lanes`); a problem whose
+    # worker ran out of memory there is judged again after them, alone, and timed with its checks.
     two_phase = lanes > 1 and config.device == "cuda"
-    alone = _too_large_for_lanes(release, chosen) if two_phase else set()
     if two_phase and config.triton_cache is None:  # the timing phase's workers load what the checks compiled
         targets = [replace(t, triton_cache=workdir / "triton") for t in targets]
     pending: list | None = [] if two_phase else None
     try:
-        for phase, phase_lanes, keep in (("lanes", lanes, False), ("alone", 1, True)):
-            subset = {op: [p for p in plist if (p.problem_id in alone) == keep] for op, plist in by_op.items()}
-            subset = {op: plist for op, plist in subset.items() if plist}
-            if subset:
-                retry: list[Problem] = []
-                _run_phase(subset, targets, phase_lanes, files, workdir / phase, emit,
-                           pending if phase == "lanes" else None, retry if phase == "lanes" and two_phase else None)
-                alone |= {p.problem_id for p in retry}
+        if two_phase:
+            retry: list[Problem] = []
+            _run_lanes(by_op, _too_large_for_lanes(release, chosen), targets, lanes, files, workdir / "lanes", emit,
+                       pending, retry)
+            again: dict[str, list[Problem]] = {}
+            for p in retry:
+                again.setdefault(p.operator, []).append(p)
+            if again:
+                _run_phase(again, targets, 1, files, workdir / "alone", emit)
+        else:
+            _run_phase(by_op, targets, lanes, files, workdir / "lanes", emit)
         if pending:
             log.info("timing %d checked problems", len(pending))
             by_device: dict[int | None, list] = {}
@@ -596,12 +599,17 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     return rows
 
 
-# A problem whose inputs and outputs exceed this is judged alone on its device, after the lanes' problems: its
-# timing rotates two input sets, its worker may need several times the interface bytes, and the parent holds
-# its references beside it (the catalogue's largest on H200: 18 GB of interface, 9 problems over 4 GiB).
+# A problem whose inputs and outputs exceed this is checked in the large lane, beside the lanes: its worker may
+# need several times the interface bytes, and the parent holds its references beside it (the catalogue's largest
+# on H200: 18 GB of interface, 13 problems over 4 GiB).
 LANE_MAX_BYTES = 4 << 30
 # Of the device's memory, the lanes' workers together may hold this share (the parent's references need the rest).
 LANES_MEMORY_SHARE = 0.8
+# With a large lane: its worker's share, and the other lanes' together (the parent keeps 15%). Seen on H200 with
+# the large problems judged alone after the lanes instead: 13 problems of 11-38 s each, one after another, with
+# every lane idle (a third of the catalogue: 178 s of its ~410).
+LARGE_LANE_SHARE = 0.4
+LANES_BESIDE_LARGE_SHARE = 0.45
 
 
 def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str]:
@@ -624,18 +632,47 @@ def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str
     return alone
 
 
+def _run_lanes(by_op: dict[str, list[Problem]], large: set[str], targets: list[EvalConfig], lanes: int,
+               files: dict, workdir: Path, emit, pending: list, retry: list) -> None:
+    """The checks of a lanes run: `lanes` lanes per device share LANES_MEMORY_SHARE of its memory; with problems
+    in `large` (ids), one of the lanes is a large lane that checks them one after another with LARGE_LANE_SHARE,
+    each in a worker of its own, while the others share LANES_BESIDE_LARGE_SHARE. Checked problems go to
+    `pending`, those whose worker (or reference) ran out of memory to `retry`."""
+    big = {op: [p for p in plist if p.problem_id in large] for op, plist in by_op.items()}
+    big = {op: plist for op, plist in big.items() if plist}
+    if not big or lanes < 2:
+        _run_phase(by_op, targets, lanes, files, workdir, emit, pending, retry, LANES_MEMORY_SHARE)
+        return
+    rest = {op: [p for p in plist if p.problem_id not in large] for op, plist in by_op.items()}
+    rest = {op: plist for op, plist in rest.items() if plist}
+    # each large problem is a unit of its own ("op#Lk"): its worker's memory is given back before the next one's
+    units = {f"{op}{UNIT_SEP}L{k}": [p] for op, plist in big.items() for k, p in enumerate(plist)}
+    jobs = [(units, 1, workdir / "large", LARGE_LANE_SHARE)]
+    if rest:
+        jobs.append((rest, lanes - 1, workdir, LANES_BESIDE_LARGE_SHARE))
+    threads = [threading.Thread(target=_run_phase, args=(plan, targets, n, files, where, emit, pending, retry, share),
+                                name=f"eval-{'large' if plan is units else 'lanes'}", daemon=True)
+               for plan, n, where, share in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes: int, files: dict, workdir: Path,
-               emit, pending: list | None = None, retry: list | None = None) -> None:
-    """Judge `by_op` on `targets` (one config per device) with `lanes` operators at once per device: operators
-    sharded longest-first over devices x lanes (harness/shard.py), one thread per lane. With
-    `pending`, checked problems are left there as (problem, verdict, config) for `_time_checked`; with `retry`,
-    problems whose worker ran out of device memory are left there (to be judged alone) instead of failed."""
-    if lanes > 1 and targets[0].device == "cuda":  # the device's memory is split between its lanes' workers
+               emit, pending: list | None = None, retry: list | None = None, share: float | None = None) -> None:
+    """Judge `by_op` (operators, or units of them: `_split_units`) on `targets` (one config per device) with
+    `lanes` units at once per device: units sharded longest-first over devices x lanes (harness/shard.py), one
+    thread per lane. With `pending` (the checks of a lanes run), checked problems are left there as (problem,
+    verdict, config) for `_time_checked`, and the lanes' workers share `share` of each device's memory; with
+    `retry`, problems whose worker ran out of device memory are left there (to be judged alone) instead of
+    failed."""
+    if pending is not None:  # the device's memory is split between its lanes' workers
         # Autotuning beside other lanes' kernels picks other configurations (seen on H200: small autotuned
         # layer_norm problems 20-25% slower or faster than a one-lane run's picks): the lanes' picks serve their
         # checks only; the timing phase, alone on the device, autotunes again and keeps what it picked, which
         # a later run's lanes reuse (harness/autotune_cache.py).
-        targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, LANES_MEMORY_SHARE / lanes),
+        targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, share / lanes),
                            keep_autotuning=False) for t in targets]
     if len(targets) * lanes > 1:
         from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds

@@ -1,5 +1,5 @@
 """`hotshape eval --lanes`: several operators checked at once on one device, then the checked problems timed one
-at a time; problems too large to share the device (or that ran out of a lane's memory) judged alone. The plan
+at a time; problems too large to share a lane checked in a large lane beside them, those that ran out of memory judged alone. The plan
 with judges that record when and where they ran; a lanes run on CPU with real interpreter workers."""
 
 from __future__ import annotations
@@ -79,9 +79,19 @@ def test_lanes_split_the_devices_memory_between_their_workers(monkeypatch, tmp_p
         runner.evaluate(sub, view, config=config, lanes=0)
 
 
-def test_problems_too_large_to_share_the_device_are_judged_alone_after_the_lanes(monkeypatch, tmp_path):
-    seen, order = {}, []
-    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, order))
+def test_problems_too_large_to_share_a_lane_are_checked_in_a_large_lane_beside_the_lanes(monkeypatch, tmp_path):
+    seen, spans = {}, {}
+
+    def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
+        began = time.monotonic()
+        time.sleep(0.15)
+        for p in plist:
+            seen[p.problem_id] = (config.gpu_memory_fraction, threading.current_thread().name, Path(workdir).name,
+                                  config.keep_autotuning, defer_timing)
+            spans[p.problem_id] = (began, time.monotonic())
+        return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
+
+    monkeypatch.setattr(runner, "_judge_operator", judge)
     monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
@@ -98,15 +108,21 @@ def test_problems_too_large_to_share_the_device_are_judged_alone_after_the_lanes
     config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, gpu_memory_fraction=0.45)
     rows = runner.evaluate(sub, view, config=config, lanes=3)
     assert len(rows) == 7 and all(r["stage"] == "done" for r in rows)
-    alone = {"gemm-0", "rms_norm-1"}  # over 4 GiB; gemm-1 is exactly 4 GiB
-    assert {pid for pid, v in seen.items() if v[3] == "alone"} == alone
-    assert set(order[-2:]) == alone  # after every lane's problem
-    assert all(seen[pid][0] == 0.45 for pid in alone)  # with the device's whole share
-    assert all(seen[pid][4] for pid in alone) and not any(seen[pid][4] for pid in set(seen) - alone)
-    assert [seen[pid][0] for pid in sorted(set(seen) - alone)] == [pytest.approx(0.8 / 3)] * 5
+    large = {"gemm-0", "rms_norm-1"}  # over 4 GiB; gemm-1 is exactly 4 GiB
+    rest = set(seen) - large
+    # one large lane, each problem in a worker (a scratch directory) of its own, with 40% of the device
+    assert {seen[pid][1] for pid in large} == {"eval-large"} and seen["gemm-0"][2] != seen["rms_norm-1"][2]
+    assert [seen[pid][0] for pid in sorted(large)] == [pytest.approx(0.4)] * 2
+    # the other two lanes share 45%; every check leaves its timing for later and keeps no autotuning
+    assert [seen[pid][0] for pid in sorted(rest)] == [pytest.approx(0.45 / 2)] * 5
+    assert len({seen[pid][1] for pid in rest}) == 2 and not {seen[pid][1] for pid in rest} & {"eval-large"}
+    assert all(v[4] and not v[3] for v in seen.values())
+    # checked at the same time as the lanes' problems, not after them
+    assert any(_overlaps(spans[a], spans[b]) for a in large for b in rest)
+    assert not _overlaps(spans["gemm-0"], spans["rms_norm-1"])  # one after another
     seen.clear()
     runner.evaluate(sub, view, config=config)  # one lane: nothing is set apart
-    assert {v[3] for v in seen.values()} != {"alone"} and all(v[0] == 0.45 for v in seen.values())
+    assert all(v[0] == 0.45 and v[1] != "eval-large" and not v[4] for v in seen.values()) and len(seen) == 7
 
 
 def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tmp_path):
