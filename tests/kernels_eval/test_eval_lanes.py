@@ -1,6 +1,7 @@
 """`hotshape eval --lanes`: several operators checked at once on one device, then the checked problems timed one
-at a time; problems too large to share a lane checked in a large lane beside them, those that ran out of memory judged alone. The plan
-with judges that record when and where they ran; a lanes run on CPU with real interpreter workers."""
+at a time; problems too large to share a lane checked in a large lane beside the lanes, those that ran out of
+memory judged again alone. The plan with judges that record when and where they ran; a lanes run on CPU with
+real interpreter workers."""
 
 from __future__ import annotations
 
