@@ -979,7 +979,9 @@ def _warm_ahead(worker: WorkerProcess, config: EvalConfig) -> WorkerProcess:
 
     def warm() -> None:
         try:
-            worker.request({"cmd": "warm", "device": config.device}, config.start_timeout_s)
+            worker.request({"cmd": "warm", "device": config.device,
+                            "markers_cache": str(config.markers_cache) if config.markers_cache else None},
+                           config.start_timeout_s)
         except Exception:  # noqa: BLE001 - the judge that takes it finds it dead (or closed) and starts another
             pass
 
