@@ -237,8 +237,14 @@ def op_shape_time(events: pl.DataFrame) -> pl.DataFrame:
 def op_shape_time_rows(events: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """op_shape_time's rows before their columns are conformed; lazy for a lazy frame (the store collects
     it with a trace's other aggregations at once)."""
+    keys, descending = op_shape_time_keys()
     return (
         events.group_by("trace_id", "operator", "shape", "phase")
         .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("gpu_ns"), pl.len().cast(pl.Int64).alias("calls"))
-        .sort("trace_id", "gpu_ns", "operator", "shape", "phase", descending=[False, True, False, False, False])
+        .sort(*keys, descending=descending)
     )
+
+
+def op_shape_time_keys() -> tuple[tuple[str, ...], list[bool]]:
+    """The order of op_shape_time's rows: its sort columns and which of them descend."""
+    return ("trace_id", "gpu_ns", "operator", "shape", "phase"), [False, True, False, False, False]

@@ -7,7 +7,7 @@ import gzip
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -222,63 +222,132 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.D
     Matched rows get the capture-time op chain appended to their own (which holds the step
     annotation), and `op` / `input_*` of the capture op. The added column `graph_capture` is
     True where a capture launch was aligned.
+
+    Tuned for speed: `align_replays` is the plain version (oracle: tests/ingest/test_fast_paths.py).
     """
     if capture is None or not capture.height or not events["graph_launch"].fill_null(False).any():
-        # Fast path (oracle: tests/ingest/test_fast_paths.py, against `align_replays`): with no replay
-        # to align every column stays as read; rebuilding the nested op_chain column from Python lists
-        # was most of classification's time on large eager traces.
+        # With no replay to align every column stays as read; rebuilding the nested op_chain column from
+        # Python lists was most of classification's time on large eager traces.
         return events.with_columns(pl.lit(False, dtype=pl.Boolean).alias("graph_capture"))
-    return align_replays(events, capture)
+    windows = _windows(capture)
+    matches = _matches(events, windows)
+    # The op_chain column joined in the frame library (each matched row's capture chain gathered from the
+    # capture frame): building a nested column from Python lists costs ~20 ms per profile of graph replays.
+    rows: list[int | None] = [None] * events.height
+    for i, window, b in matches:
+        rows[i] = windows.rows[window][b]
+    captured = windows.chains.gather(pl.Series(rows, dtype=pl.UInt32))
+    own = pl.col("op_chain").fill_null(pl.lit([], dtype=pl.List(pl.String)))
+    matched = pl.Series("graph_capture", [r is not None for r in rows], dtype=pl.Boolean)
+    chain_args, op, inputs = _inherited(events, windows, matches)
+    return events.with_columns(
+        pl.when(matched).then(pl.concat_list(own, captured)).otherwise(pl.col("op_chain")).alias("op_chain"),
+        pl.Series("op_chain_args", chain_args, dtype=pl.String),
+        pl.Series("op", op, dtype=pl.String),
+        *(pl.Series(c, v, dtype=pl.String) for c, v in inputs.items()),
+        matched,
+    )
 
 
-def align_replays(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.DataFrame:
-    """`attribute_graphs`, every column rebuilt row by row (the general path)."""
+@dataclass
+class _Windows:
+    """A capture frame's launches per window, in order: step tokens, op chains and their args, and each
+    launch's row in `chains` (the capture's op_chain column in seq order); `aligned` keeps each replayed
+    kernel sequence's best window, for every profile that replays it."""
+
+    steps: dict[str, tuple[list, list, list]]
+    rows: dict[str, list[int]]
+    chains: pl.Series
+    aligned: dict[tuple, tuple] = field(default_factory=dict)
+
+
+_WINDOWS: dict[int, tuple[pl.DataFrame, _Windows]] = {}  # id(capture frame) -> (the frame, its windows)
+_WINDOWS_KEPT = 16  # a worker's profiles share a few capture frames (the store reads each once)
+
+
+def _windows(capture: pl.DataFrame) -> _Windows:
+    """The capture frame's windows, worked out once per frame (the frame is kept with them, so its id
+    cannot be taken by another while cached)."""
+    cached = _WINDOWS.get(id(capture))
+    if cached is not None and cached[0] is capture:
+        return cached[1]
+    ordered = capture.sort("seq").with_row_index("row")
+    steps, rows = {}, {}
+    for (w,), frame in ordered.group_by("window", maintain_order=True):
+        steps[w] = (frame["step"].to_list(), frame["op_chain"].to_list(), frame["op_chain_args"].to_list())
+        rows[w] = frame["row"].to_list()
+    windows = _Windows(steps, rows, ordered["op_chain"])
+    if len(_WINDOWS) >= _WINDOWS_KEPT:
+        _WINDOWS.pop(next(iter(_WINDOWS)))
+    _WINDOWS[id(capture)] = (capture, windows)
+    return windows
+
+
+def _matches(events: pl.DataFrame, windows: _Windows) -> list[tuple[int, str, int]]:
+    """(row, window, launch in the window) of every replay row aligned with a capture launch."""
     n = events.height
-    matched = [False] * n
+    chains = events["op_chain"].to_list()
+    graph = events["graph_launch"].fill_null(False).to_list()
+    kernels, cats = events["kernel"].to_list(), events["category"].to_list()
+    corr, index = events["correlation"].to_list(), events["graph_kernel_index"].to_list()
+    launches: dict = {}
+    for i in range(n):
+        if graph[i]:
+            launches.setdefault(corr[i], []).append(i)
+    memo = windows.aligned  # steps and profiles replay the same graphs: align each kernel sequence once
+    out = []
+    for members in launches.values():
+        members.sort(key=lambda i: (index[i] is None, index[i]))
+        tokens = tuple(_replay_token(kernels[i], cats[i]) for i in members)
+        size = _step_size(chains[members[0]])
+        if (tokens, size) not in memo:
+            memo[(tokens, size)] = _best_window(tokens, size, windows.steps)
+        best, best_pairs = memo[(tokens, size)]
+        if best is not None:
+            out += [(members[a], best, b) for a, b in best_pairs.items()]
+    return out
+
+
+def _inherited(events: pl.DataFrame, windows: _Windows, matches: list[tuple[int, str, int]]) -> tuple[list, list, dict]:
+    """op_chain_args, op and the input_* columns of every row, matched rows given their capture launch's."""
     chains = events["op_chain"].to_list()
     chain_args = events["op_chain_args"].to_list()
     op = events["op"].to_list()
     inputs = {c: events[c].to_list() for c in ("input_dims", "input_types", "concrete_inputs")}
-    graph = events["graph_launch"].fill_null(False).to_list()
-    if capture is not None and capture.height and any(graph):
-        windows = {
-            w: (frame["step"].to_list(), frame["op_chain"].to_list(), frame["op_chain_args"].to_list())
-            for (w,), frame in capture.sort("seq").group_by("window", maintain_order=True)
-        }
-        kernels, cats = events["kernel"].to_list(), events["category"].to_list()
-        corr, index = events["correlation"].to_list(), events["graph_kernel_index"].to_list()
-        launches: dict = {}
-        for i in range(n):
-            if graph[i]:
-                launches.setdefault(corr[i], []).append(i)
-        memo: dict[tuple, tuple] = {}  # steps replay the same graphs: align each kernel sequence once
-        for members in launches.values():
-            members.sort(key=lambda i: (index[i] is None, index[i]))
-            tokens = tuple(_replay_token(kernels[i], cats[i]) for i in members)
-            size = _step_size(chains[members[0]])
-            if (tokens, size) not in memo:
-                memo[(tokens, size)] = _best_window(tokens, size, windows)
-            best, best_pairs = memo[(tokens, size)]
-            if best is None:
-                continue
-            _, w_chains, w_args = windows[best]
-            for a, b in best_pairs.items():
-                i = members[a]
-                outer_args = orjson.loads(chain_args[i]) if chain_args[i] else [None] * len(chains[i] or [])
-                chains[i] = list(chains[i] or []) + list(w_chains[b])
-                inner_args = orjson.loads(w_args[b])
-                chain_args[i] = orjson.dumps(outer_args + inner_args).decode()
-                if w_chains[b]:
-                    op[i] = w_chains[b][-1]
-                    last = inner_args[-1] or {}
-                    for column, key in (("input_dims", "dims"), ("input_types", "types"), ("concrete_inputs", "concrete")):
-                        inputs[column][i] = None if last.get(key) is None else orjson.dumps(last[key]).decode()
-                matched[i] = True
-    out = events.with_columns(
+    for i, best, b in matches:
+        _, w_chains, w_args = windows.steps[best]
+        outer_args = orjson.loads(chain_args[i]) if chain_args[i] else [None] * len(chains[i] or [])
+        inner_args = orjson.loads(w_args[b])
+        chain_args[i] = orjson.dumps(outer_args + inner_args).decode()
+        if w_chains[b]:
+            op[i] = w_chains[b][-1]
+            last = inner_args[-1] or {}
+            for column, key in (("input_dims", "dims"), ("input_types", "types"), ("concrete_inputs", "concrete")):
+                inputs[column][i] = None if last.get(key) is None else orjson.dumps(last[key]).decode()
+    return chain_args, op, inputs
+
+
+def align_replays(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.DataFrame:
+    """`attribute_graphs`, every column rebuilt row by row (the plain version)."""
+    n = events.height
+    matches = []
+    if capture is not None and capture.height and any(events["graph_launch"].fill_null(False).to_list()):
+        windows = _windows(capture)
+        matches = _matches(events, windows)
+    chains = events["op_chain"].to_list()
+    matched = [False] * n
+    if matches:
+        chain_args, op, inputs = _inherited(events, windows, matches)
+        for i, best, b in matches:
+            chains[i] = list(chains[i] or []) + list(windows.steps[best][1][b])
+            matched[i] = True
+    else:
+        chain_args, op = events["op_chain_args"].to_list(), events["op"].to_list()
+        inputs = {c: events[c].to_list() for c in ("input_dims", "input_types", "concrete_inputs")}
+    return events.with_columns(
         pl.Series("op_chain", chains, dtype=pl.List(pl.String)),
         pl.Series("op_chain_args", chain_args, dtype=pl.String),
         pl.Series("op", op, dtype=pl.String),
         *(pl.Series(c, v, dtype=pl.String) for c, v in inputs.items()),
         pl.Series("graph_capture", matched, dtype=pl.Boolean),
     )
-    return out

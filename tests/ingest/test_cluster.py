@@ -230,14 +230,14 @@ class DiesAtTrace(WorkerPlugin):
     def setup(self, worker):
         import ingest.store
 
-        parse, suffix = ingest.store._ingest_one, self.suffix
+        parse, suffix = ingest.store._parse_one, self.suffix
 
-        def dying(task, store=None):
+        def dying(task, store):
             if task[1].endswith(suffix):
                 os._exit(1)
             return parse(task, store)
 
-        ingest.store._ingest_one = dying
+        ingest.store._parse_one = dying
 
 
 def test_a_trace_whose_workers_die_twice_is_quarantined_and_its_batch_is_not(cluster, examples_dir, local_release,

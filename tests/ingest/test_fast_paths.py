@@ -234,3 +234,38 @@ def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, reque
         names(raws + [msgspec.Raw(b"5")])
     with pytest.raises(Malformed):
         names_plain(raws + [msgspec.Raw(b"5")])
+
+
+GRAPH_TRACES = [EXAMPLES / "llama3-8b" / "graph.json.gz", EXAMPLES / "qwen3-30b-a3b" / "graph.json.gz",
+                *(Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "public" / "tracelens" / "inference" / rel
+                  for rel in ("sglang_decode/sglang_Qwen3-8B_decode.json.gz", "vllm_decode_full/graph_execution.json.gz",
+                              "vllm_prefilldecode_piecewise/graph_execution.json.gz"))]
+
+
+@pytest.mark.parametrize("path", GRAPH_TRACES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_graph_replays_joined_in_the_frame_library_are_the_row_by_row_path(path):
+    from ingest.graphs import _WINDOWS
+    from ingest.pipeline import _capture_events
+
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    events, capture = read_events(path), _capture_events(path, None)
+    _WINDOWS.clear()
+    fast = attribute_graphs(events, capture)
+    assert fast["graph_capture"].sum() > 0.5 * events["graph_launch"].fill_null(False).sum()
+    assert fast.schema == align_replays(events, capture).schema and fast.equals(align_replays(events, capture))
+    # a second profile that replays the same graphs reads the windows and their alignments kept from the first
+    assert attribute_graphs(events, capture).equals(fast) and len(_WINDOWS) == 1
+
+
+def test_a_batchs_aggregates_at_once_are_each_traces_aggregates_on_its_own():
+    from ingest.store import aggregates, aggregates_many
+
+    frames = [ingest_trace(p).events for p in EXAMPLE_TRACES]
+    frames += [frames[0].clear(), frames[1].filter(pl.col("operator") == "other"), frames[2]]
+    assert all(f.height for f in frames[:-3]) and frames[-2].height
+    for (ost, provenance, by), frame in zip(aggregates_many(frames), frames, strict=True):
+        one_ost, one_provenance, one_by = aggregates(frame)
+        assert ost.schema == one_ost.schema and ost.equals(one_ost)
+        assert provenance.schema == one_provenance.schema and provenance.equals(one_provenance)
+        assert by == one_by and list(by["operator"]) == list(one_by["operator"])  # the summary's bytes keep the order

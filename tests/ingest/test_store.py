@@ -176,3 +176,48 @@ def test_a_prefetched_trace_keeps_its_content_address(tmp_path):
         drop_prefetched()
     assert report.parsed == [trace_id_of(path.read_bytes())]
     assert [u["path"] for u in report.unreadable] == [str(missing)] and "cannot read" in report.unreadable[0]["reason"]
+
+
+def _files(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "paths" not in p.parts}
+
+
+def test_a_batch_writes_what_its_traces_written_one_by_one_write_and_a_bad_one_is_quarantined_alone(tmp_path):
+    from ingest.store import _ingest_batch, batches
+
+    good = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz")]
+    bad = tmp_path / "t" / "bad.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": '))
+    paths = [good[0], bad, *good[1:]]
+    batched = TraceStore(tmp_path / "batched")
+    report = batched.ingest(paths, jobs=1)
+    tids = [trace_id_of(p.read_bytes()) for p in paths]
+    assert sorted(report.parsed) == sorted(tids)
+    assert len(batches([(t, None) for t in tids], {t: 1 for t in tids})) == 1  # all four are one batch
+    assert batched.trace_ids() == sorted(tids[:1] + tids[2:]) and "JSON" in batched.quarantine_reason(tids[1])
+    alone = TraceStore(tmp_path / "alone")
+    for p in paths:
+        alone.ingest([p], jobs=1)
+    assert _files(tmp_path / "batched") == _files(tmp_path / "alone")
+    # a batch run again after its worker died leaves what the first attempt stored as it was
+    before = _files(tmp_path / "batched")
+    _ingest_batch([(t, (batched.url, str(p), str(p), (), None)) for t, p in zip(tids, paths)], batched)
+    assert _files(tmp_path / "batched") == before
+
+
+def test_a_trace_whose_tables_cannot_be_written_is_quarantined_and_its_batch_is_stored(tmp_path, monkeypatch):
+    paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER)]
+    poison = trace_id_of(paths[0].read_bytes())
+    real = TraceStore._put
+
+    def refuses_one(self, result, aggregated):
+        if result.summary["trace_id"] == poison:
+            raise OverflowError("a value the writer cannot hold")
+        return real(self, result, aggregated)
+
+    monkeypatch.setattr(TraceStore, "_put", refuses_one)
+    store = TraceStore(tmp_path / "store")
+    store.ingest(paths, jobs=1)
+    assert store.trace_ids() == [trace_id_of(paths[1].read_bytes())]
+    assert store.quarantine_reason(poison) == "unexpected OverflowError while ingesting: a value the writer cannot hold"

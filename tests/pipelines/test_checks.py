@@ -51,8 +51,9 @@ def test_every_check_passes_on_the_examples_but_the_roofline_one_is_judged_elsew
 
 def _lose_a_row(monkeypatch):
     """The store's writer loses one kernel row of every trace it puts (the summary keeps the file's totals)."""
-    real_put = TraceStore.put
-    monkeypatch.setattr(TraceStore, "put", lambda self, result: real_put(self, TraceResult(result.events.slice(1), result.summary)))
+    real_put = TraceStore.put_many
+    monkeypatch.setattr(TraceStore, "put_many", lambda self, results: real_put(
+        self, [TraceResult(r.events.slice(1), r.summary) for r in results]))
 
 
 def test_gpu_time_conserved_fails_and_blocks_when_a_row_is_lost(tmp_path, monkeypatch):
