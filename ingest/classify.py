@@ -121,6 +121,38 @@ def _agree_by_kernel(kernels: list[str], rules: list[str], ops: list, operators:
                 operators[i], kwargs_list[i] = next(iter(seen)), {}
 
 
+def _problem(tax: Taxonomy, kernel: str, category: str, chain: list, args: list, annotation: str | None) -> tuple:
+    """One combination's operator, kwargs and deciding rule, and the backward op that decided it (else None)."""
+    match = tax.classify(kernel, category, chain)
+    depth, op_args = match.depth, None
+    if depth is not None and depth < len(args):
+        op_args = args[depth]
+    elif depth is None and match.operator not in ("other",):
+        depth, op_args = _innermost_args(args)
+    op_name = chain[depth] if depth is not None and depth < len(chain) else None
+    kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
+    step = merged_step(chain, annotation)
+    kwargs = add_step_context(match.operator, kwargs, step)
+    operator, kwargs = to_problem(match.operator, kwargs, step)
+    return operator, kwargs, match.rule, op_name if match.rule == "backward" else None
+
+
+_PROBLEMS: dict[int, tuple[Taxonomy, dict]] = {}  # id(taxonomy) -> (the taxonomy, its combinations' _problem)
+_PROBLEMS_KEPT = 200_000  # combinations kept per taxonomy (a fleet's profiles repeat a few thousand)
+
+
+def _problem_memo(tax: Taxonomy) -> dict:
+    """`_problem` of every combination classified under `tax` in this process, for the next trace: the
+    profiles of a deployment repeat the same combinations. Its values are never changed in place (rows
+    that differ get new dicts). Oracle: tests/ingest/test_fast_paths.py, against a memo of one trace."""
+    kept = _PROBLEMS.get(id(tax))
+    if kept is None or kept[0] is not tax:
+        kept = _PROBLEMS[id(tax)] = (tax, {})
+    if len(kept[1]) > _PROBLEMS_KEPT:
+        kept[1].clear()
+    return kept[1]
+
+
 # The columns that decide a row's operator, shape and step: a trace repeats a few hundred
 # combinations over its many thousand activities, and each is classified once.
 KEY_COLUMNS = ("kernel", "category", "op_chain", "op_chain_args", "annotation", "op")
@@ -156,37 +188,33 @@ def classify_events(
     keys, key_of = distinct_rows(events, KEY_COLUMNS)
     kernels, cats, chains, chain_args, annotations, ops = (keys[c].to_list() for c in KEY_COLUMNS)
     parsed: dict[str | None, list] = {None: []}
+    memo = _problem_memo(tax)
     operators: list[str] = []
     kwargs_list: list[dict] = []
     rules: list[str] = []
     for k in range(keys.height):
         chain = chains[k] if chains[k] is not None else []
-        match = tax.classify(kernels[k], cats[k], chain)
-        if chain_args[k] not in parsed:
-            parsed[chain_args[k]] = orjson.loads(chain_args[k])
-        args = parsed[chain_args[k]] or []
-        depth, op_args = match.depth, None
-        if depth is not None and depth < len(args):
-            op_args = args[depth]
-        elif depth is None and match.operator not in ("other",):
-            depth, op_args = _innermost_args(args)
-        op_name = chain[depth] if depth is not None and depth < len(chain) else None
-        kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
-        step = merged_step(chain, annotations[k])
-        kwargs = add_step_context(match.operator, kwargs, step)
-        operator, kwargs = to_problem(match.operator, kwargs, step)
+        key = (kernels[k], cats[k], tuple(chain), chain_args[k], annotations[k])
+        hit = memo.get(key)
+        if hit is None:
+            if chain_args[k] not in parsed:
+                parsed[chain_args[k]] = orjson.loads(chain_args[k])
+            hit = memo[key] = _problem(tax, kernels[k], cats[k], chain, parsed[chain_args[k]] or [], annotations[k])
+        operator, kwargs, rule, backward_op = hit
         operators.append(operator)
         kwargs_list.append(kwargs)
-        rules.append(match.rule)
-        if match.rule == "backward" and op_name is not None:
-            ops[k] = op_name  # backward work is `other`, named by the backward op that decided it
+        rules.append(rule)
+        if backward_op is not None:
+            ops[k] = backward_op  # backward work is `other`, named by the backward op that decided it
     _agree_by_kernel(kernels, rules, ops, operators, kwargs_list)
 
     def per_row(values: list) -> list:
         return list(map(values.__getitem__, key_of))
 
     def args_at(k: int, depth: int) -> dict | None:
-        args = parsed.get(chain_args[k]) or []
+        if chain_args[k] not in parsed:
+            parsed[chain_args[k]] = orjson.loads(chain_args[k])
+        args = parsed[chain_args[k]] or []
         return args[depth] if depth < len(args) else None
 
     row_kwargs = per_row(kwargs_list)

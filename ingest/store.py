@@ -460,21 +460,20 @@ class TraceStore:
                                                progress=progress, more=more if waiting else None,
                                                priority=lambda batch: sizes[batch[0][0]])
             return report
+        if jobs > 1 and len(ready) + len(waiting) > 1 and self.local:
+            def rest() -> tuple[list, list[str]]:
+                pairs, bad = parse_captures()
+                return longest_first(pairs), bad
+
+            work = _beside_pool(self, longest_first(ready.items()), rest, sizes, jobs - 1)
+            done = (tid for ids in work for tid in ids)
+            report.parsed += list(progress(done, total=len(sizes)) if progress else done)
+            return report
         pairs, bad = parse_captures()
         report.parsed += bad
         ordered = longest_first([*ready.items(), *pairs])
-        if jobs > 1 and len(ordered) > 1 and self.local:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            work = batches(ordered, sizes)
-            with ProcessPoolExecutor(max_workers=min(jobs, len(work)),
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-                done = (tid for ids in pool.map(_ingest_batch, work) for tid in ids)
-                report.parsed += list(progress(done, total=len(ordered)) if progress else done)
-        else:
-            done = (tid for batch in batches(ordered, sizes) for tid in _ingest_batch(batch, self))
-            report.parsed += list(progress(done, total=len(ordered)) if progress else done)
+        done = (tid for batch in batches(ordered, sizes) for tid in _ingest_batch(batch, self))
+        report.parsed += list(progress(done, total=len(ordered)) if progress else done)
         return report
 
     @staticmethod
@@ -519,6 +518,39 @@ def batches(ordered: list[tuple[str, tuple]], sizes: dict[str, int]) -> list[lis
         out[-1].append(pair)
         size += sizes[pair[0]]
     return out
+
+
+def _beside_pool(store: TraceStore, first: list[tuple[str, tuple]], rest: Callable[[], tuple[list, list[str]]],
+                 sizes: dict[str, int], workers: int) -> Iterable[list[str]]:
+    """The trace_ids of batches of `first` and of the pairs `rest()` returns, parsed on `workers` spawned
+    processes and in this one: this process parses the capture traces (`rest`, which also names the
+    trace_ids it settled) while the workers start, then takes batches beside them, longest first.
+    This process is one of the workers: its imports, taxonomy and capture frames are ready, and a
+    spawned worker pays ~1.5 s of imports."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    queue = batches(first, sizes)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        in_flight: list = []
+
+        def feed() -> None:  # each worker holds its next batch, so it never waits for this process
+            while queue and len(in_flight) < 2 * workers:
+                in_flight.append(pool.submit(_ingest_batch, queue.pop(0)))
+
+        feed()
+        more, settled = rest()
+        yield settled
+        queue = sorted(queue + batches(more, sizes), key=lambda batch: -sum(sizes[tid] for tid, _ in batch))
+        while queue or in_flight:
+            for future in [f for f in in_flight if f.done()]:
+                in_flight.remove(future)
+                yield future.result()
+            feed()
+            if queue:
+                yield _ingest_batch(queue.pop(0), store)
+            elif in_flight:
+                wait(in_flight, return_when=FIRST_COMPLETED)
 
 
 _OPEN: dict[str, TraceStore] = {}

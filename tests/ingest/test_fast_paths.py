@@ -269,3 +269,21 @@ def test_a_batchs_aggregates_at_once_are_each_traces_aggregates_on_its_own():
         assert ost.schema == one_ost.schema and ost.equals(one_ost)
         assert provenance.schema == one_provenance.schema and provenance.equals(one_provenance)
         assert by == one_by and list(by["operator"]) == list(one_by["operator"])  # the summary's bytes keep the order
+
+
+def test_combinations_kept_from_earlier_traces_classify_as_a_trace_on_its_own(monkeypatch):
+    from ingest import classify
+    from tests.conftest import PUBLIC_TRACES
+
+    training = PUBLIC_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"  # backward ops name their work
+    paths = PER_ROW_TRACES + ([training] if training.exists() else [])
+    for path in paths:  # every combination of every trace kept before any is classified again
+        ingest_trace(path)
+    warm = [ingest_trace(path).events for path in paths]
+    assert len(classify._problem_memo(classify._taxonomy(None))) > 100
+    monkeypatch.setattr(classify, "_problem_memo", lambda tax: {})
+    for path, fast in zip(paths, warm):
+        slow = ingest_trace(path).events
+        assert fast.height > 0 and fast.equals(slow), path
+    if training.exists():
+        assert warm[-1].filter(pl.col("operator") == "other")["op"].str.contains("_backward|Backward").any()
