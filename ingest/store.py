@@ -28,6 +28,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -535,8 +536,9 @@ def _beside_pool(store: TraceStore, first: list[tuple[str, tuple]], rest: Callab
         in_flight: list = []
 
         def feed() -> None:  # each worker holds its next batch, so it never waits for this process
-            while queue and len(in_flight) < 2 * workers:
-                in_flight.append(pool.submit(_ingest_batch, queue.pop(0)))
+            with _polars_threads(1):  # a worker starts with a batch submitted to it
+                while queue and len(in_flight) < 2 * workers:
+                    in_flight.append(pool.submit(_ingest_batch, queue.pop(0)))
 
         feed()
         more, settled = rest()
@@ -551,6 +553,21 @@ def _beside_pool(store: TraceStore, first: list[tuple[str, tuple]], rest: Callab
                 yield _ingest_batch(queue.pop(0), store)
             elif in_flight:
                 wait(in_flight, return_when=FIRST_COMPLETED)
+
+
+@contextmanager
+def _polars_threads(n: int):
+    """Processes started inside run polars on `n` threads (POLARS_MAX_THREADS, read at its import) unless
+    the user set it: beside a process per core, a trace's many small queries cost ~7% more CPU with a
+    second polars thread in each process (50 fleet profiles in one process, 57 against 61-73 ms each)."""
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        os.environ.pop("POLARS_MAX_THREADS", None)
 
 
 _OPEN: dict[str, TraceStore] = {}

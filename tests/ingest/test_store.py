@@ -183,7 +183,8 @@ def _files(root):
             if p.is_file() and "paths" not in p.parts}
 
 
-def test_a_batch_writes_what_its_traces_written_one_by_one_write_and_a_bad_one_is_quarantined_alone(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2], ids=["here", "worker"])
+def test_a_batch_writes_what_its_traces_written_one_by_one_write_and_a_bad_one_is_quarantined_alone(tmp_path, jobs):
     from ingest.store import _ingest_batch, batches
 
     good = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz")]
@@ -191,7 +192,7 @@ def test_a_batch_writes_what_its_traces_written_one_by_one_write_and_a_bad_one_i
     bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": '))
     paths = [good[0], bad, *good[1:]]
     batched = TraceStore(tmp_path / "batched")
-    report = batched.ingest(paths, jobs=1)
+    report = batched.ingest(paths, jobs=jobs)
     tids = [trace_id_of(p.read_bytes()) for p in paths]
     assert sorted(report.parsed) == sorted(tids)
     assert len(batches([(t, None) for t in tids], {t: 1 for t in tids})) == 1  # all four are one batch
