@@ -466,7 +466,7 @@ class TraceStore:
                 pairs, bad = parse_captures()
                 return longest_first(pairs), bad
 
-            work = _beside_pool(self, longest_first(ready.items()), rest, sizes, jobs - 1)
+            work = _in_pool(longest_first(ready.items()), rest, sizes, jobs)
             done = (tid for ids in work for tid in ids)
             report.parsed += list(progress(done, total=len(sizes)) if progress else done)
             return report
@@ -521,38 +521,35 @@ def batches(ordered: list[tuple[str, tuple]], sizes: dict[str, int]) -> list[lis
     return out
 
 
-def _beside_pool(store: TraceStore, first: list[tuple[str, tuple]], rest: Callable[[], tuple[list, list[str]]],
-                 sizes: dict[str, int], workers: int) -> Iterable[list[str]]:
+def _in_pool(first: list[tuple[str, tuple]], rest: Callable[[], tuple[list, list[str]]], sizes: dict[str, int],
+             workers: int) -> Iterable[list[str]]:
     """The trace_ids of batches of `first` and of the pairs `rest()` returns, parsed on `workers` spawned
-    processes and in this one: this process parses the capture traces (`rest`, which also names the
-    trace_ids it settled) while the workers start, then takes batches beside them, longest first.
-    This process is one of the workers: its imports, taxonomy and capture frames are ready, and a
-    spawned worker pays ~1.5 s of imports."""
+    processes: this process parses the capture traces (`rest`, which also names the trace_ids it
+    settled) while the workers start on `first`, then hands out the rest of the batches, longest first,
+    as workers finish theirs. Batches are handed out a few at a time, not all at once, so that those
+    `rest` adds (the longest profiles may wait for a capture trace) go before the short ones left."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     queue = batches(first, sizes)
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        in_flight: list = []
+        in_flight: set = set()
 
-        def feed() -> None:  # each worker holds its next batch, so it never waits for this process
+        def feed(ahead: int) -> None:
             with _polars_threads(1):  # a worker starts with a batch submitted to it
-                while queue and len(in_flight) < 2 * workers:
-                    in_flight.append(pool.submit(_ingest_batch, queue.pop(0)))
+                while queue and len(in_flight) < ahead * workers:
+                    in_flight.add(pool.submit(_ingest_batch, queue.pop(0)))
 
-        feed()
+        feed(4)  # ~4 s of work each: the capture traces take this process ~1 s each
         more, settled = rest()
         yield settled
         queue = sorted(queue + batches(more, sizes), key=lambda batch: -sum(sizes[tid] for tid, _ in batch))
-        while queue or in_flight:
-            for future in [f for f in in_flight if f.done()]:
+        while in_flight or queue:
+            feed(2)  # each worker holds its next batch, so it never waits for this process
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
                 in_flight.remove(future)
                 yield future.result()
-            feed()
-            if queue:
-                yield _ingest_batch(queue.pop(0), store)
-            elif in_flight:
-                wait(in_flight, return_when=FIRST_COMPLETED)
 
 
 @contextmanager
