@@ -58,6 +58,9 @@ class EvalConfig:
     # with a persistent cache, Triton keeps (and reuses) the file's autotuning there; False: reuses, keeps none
     keep_autotuning: bool = True
     gpu_memory_fraction: float = 0.45
+    # the warm-up and repetition (ms) triton.testing.do_bench defaults to in a worker, so in Triton's autotuning
+    # (harness/autotune_cache.py: shorter_benchmarks); None: Triton's own (25, 100)
+    autotune_bench_ms: tuple[float, float] | None = (5.0, 20.0)
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
     timed_samples: int = 4  # outputs of timed calls kept (chosen after each call) and judged
@@ -184,6 +187,7 @@ class OperatorJudge:
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction,
+                              "autotune_bench_ms": self.config.autotune_bench_ms,
                               "markers_cache": str(self.config.markers_cache) if self.config.markers_cache else None,
                               # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
                               "cuda_ipc": not self.config.sandbox and self.config.device_index is None},

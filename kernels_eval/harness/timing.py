@@ -25,6 +25,7 @@ class TimedCalls(list):
     whole timing bracketed with markers (the estimate and any repeated run included), the reported run last."""
 
     marked: int = 0
+    first_s: float = 0.0  # host seconds of the first call and its synchronize (compiling and autotuning included)
 
 
 class FlushMarkers:
@@ -151,7 +152,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
     began = time.perf_counter()
     call(**next_inputs())
     torch.cuda.synchronize()
-    first_s = time.perf_counter() - began
+    first_s = result.first_s = time.perf_counter() - began
     if first_s > slow_call_s:
         result.extend(timed(int(min(max_calls, max(min_calls, budget_s / first_s)))))
         return result
