@@ -48,8 +48,10 @@ from kernels_eval.scoring import problem_bounds, problem_scores, score  # noqa: 
 from release.bundle import read_release  # noqa: E402
 
 
-def rows_from_progress(path: Path, release, hardware: str) -> list[dict]:
-    """Result rows rebuilt from streamed verdicts (the columns a cut run could not write)."""
+def rows_from_progress(path: Path, release, hardware: str, timing: str = "span") -> list[dict]:
+    """Result rows rebuilt from streamed verdicts (the columns a cut run could not write). timing="event":
+    each verdict's CUDA-event median (`t_event_s`, kept beside the kernel span) stands as its time, where it
+    has one (verdicts of runs before kernel-span timing were timed by events already)."""
     manifest = {r["problem_id"]: r for r in release.manifest.iter_rows(named=True)}
     sealed = release.sealed("roofline")
     roof = {} if sealed is None else dict(sealed.filter(pl.col("hardware") == hardware)
@@ -59,6 +61,8 @@ def rows_from_progress(path: Path, release, hardware: str) -> list[dict]:
     rows = []
     for line in path.read_text().splitlines():
         v = json.loads(line)
+        if timing == "event" and v.get("t_event_s") is not None:
+            v = {**v, "t_measured_s": v["t_event_s"], "t_p10_s": None, "t_p90_s": None}
         p = Problem(manifest[v["problem_id"]])
         rows.append(result_row(base, p, v, None, roof.get(p.problem_id), "cuda"))
     return rows
@@ -73,13 +77,15 @@ def main() -> int:
     ap.add_argument("--weights-progress", nargs="*", default=[],
                     help="verdicts streamed by an evaluation of --weights-release's own problems")
     ap.add_argument("--hardware", default="H200")
+    ap.add_argument("--timing", choices=("span", "event"), default="span",
+                    help="span: the recorded time (the kernel span); event: the CUDA-event figure beside it")
     ap.add_argument("--csv", type=Path, required=True)
     ap.add_argument("--libraries", nargs="*", default=[], type=Path,
                     help="kernels_vs_libraries.py results (JSON, or its log for a run cut before the JSON)")
     ap.add_argument("--why", type=Path, help="YAML: why: {operator: reason}, printed next to each miss")
     args = ap.parse_args()
     release = read_release(args.release)
-    results = collect(release, args.progress, args.results, args.hardware)
+    results = collect(release, args.progress, args.results, args.hardware, args.timing)
     per_problem = problem_scores(results)
     table = (release.manifest.join(results.select("problem_id", "stage", "t_measured_s", "t_roofline_s",
                                                   "t_reference_s", "speedup", "native_fraction", "error",
@@ -286,13 +292,13 @@ def library_rows(path: Path) -> list[dict]:
     return list(rows.values())
 
 
-def collect(release, progress: list[str], results: list[str], hardware: str) -> pl.DataFrame:
+def collect(release, progress: list[str], results: list[str], hardware: str, timing: str = "span") -> pl.DataFrame:
     """One result row per problem: from the first progress file that has it (its last verdict there), else the
     first results file; `source` names the file."""
     frames, seen = [], set()
     schema = pl.from_arrow(RESULTS.empty_table()).schema
     for path in map(Path, progress):
-        latest = {r["problem_id"]: r for r in rows_from_progress(path, release, hardware)}  # a re-run: the last
+        latest = {r["problem_id"]: r for r in rows_from_progress(path, release, hardware, timing)}  # a re-run: the last
         rows = [r for pid, r in latest.items() if pid not in seen]
         # A consolidated file (catalogue_H200_progress.jsonl) names each verdict's run in its `source` key.
         named = {v["problem_id"]: v.get("source", path.name) for v in map(json.loads, path.read_text().splitlines())}

@@ -80,8 +80,8 @@ def test_a_call_slower_than_the_threshold_skips_calibration_and_settling(monkeyp
 
     times = timing.time_calls(call, [{"i": 0}, {"i": 1}], flush=gpu.flush(), budget_s=0.05, min_calls=3)
     assert times == pytest.approx([0.030] * 3)
-    assert gpu.calls == 4  # one warm-up call, then min_calls timed calls: nothing else
-    assert sets_seen == [0, 1, 0, 1]  # the timed calls go on rotating through the input sets
+    assert gpu.calls == 5  # two untimed calls (the first may compile), then min_calls timed calls: nothing else
+    assert sets_seen == [0, 1, 0, 1, 0]  # the timed calls go on rotating through the input sets
 
 
 def test_a_slow_call_still_fills_the_budget_up_to_max_calls(monkeypatch):
@@ -89,7 +89,26 @@ def test_a_slow_call_still_fills_the_budget_up_to_max_calls(monkeypatch):
     times = timing.time_calls(gpu.kernel(0.030, host_s=0.021), [{}], flush=gpu.flush(), budget_s=0.2,
                               min_calls=3, max_calls=5)
     assert len(times) == 5  # 0.2 s / ~0.021 s would be 9 calls: capped at max_calls
-    assert gpu.calls == 6
+    assert gpu.calls == 7
+
+
+def test_a_first_call_that_compiles_does_not_make_a_short_call_slow(monkeypatch):
+    """A fresh worker's first call compiles or autotunes (tens of ms to seconds); the call itself takes 10 µs of
+    kernel time and must get the whole protocol: warm-up, shield, settling, a budget's worth of calls."""
+    gpu = SimulatedGPU(monkeypatch)
+    kernel = gpu.kernel(10e-6)
+    first = [True]
+
+    def call(**inputs):
+        if first[0]:
+            first[0] = False
+            time.sleep(0.05)  # compiling and autotuning, on the host
+        kernel()
+
+    times = timing.time_calls(call, [{}, {}], flush=gpu.flush(), budget_s=0.05, warmup_s=0.0)
+    assert times.first_s >= 0.05
+    assert all(t == pytest.approx(10e-6) for t in times) and len(times) > 10
+    assert gpu.calls >= len(times) + 3 + 2 + 20 + 5
 
 
 class CountingMarkers:
