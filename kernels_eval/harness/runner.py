@@ -743,10 +743,16 @@ def _split_units(by_op: dict[str, list[Problem]], costs: dict[str, float],
     return units, unit_costs
 
 
+# Operators whose timing workers are started (and warmed) ahead of the one being timed. Seen on H200 with one
+# ahead: a worker's start, CUDA context and first profiler start take ~12 s, longer than timing an operator of
+# a few problems, and the timing phase waited for them (warm_wait).
+TIMING_AHEAD = 3
+
+
 def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
     """The timing phase of a lanes run on one device: the performance stage of each checked problem, one at a
-    time, one operator's worker at a time (the next one importing torch meanwhile, which touches no GPU); each
-    row to `emit` as it is timed."""
+    time, one operator's worker at a time (the next TIMING_AHEAD ones starting meanwhile: importing torch,
+    making a CUDA context, starting the profiler; none runs a kernel); each row to `emit` as it is timed."""
     index = _row_device(config)
     if config.device_index is not None:
         import torch
@@ -759,11 +765,9 @@ def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalCo
     ops = sorted(by_op)
     spares: dict[str, WorkerProcess] = {}
     try:
-        if ops:
-            _prestart(spares, config, workdir, ops[0], files[ops[0]])
         for k, op in enumerate(ops):
-            if k + 1 < len(ops):
-                _prestart(spares, config, workdir, ops[k + 1], files[ops[k + 1]])
+            for ahead in ops[k:k + 1 + TIMING_AHEAD]:  # no-op for those started already
+                _prestart(spares, config, workdir, ahead, files[ahead])
             judge = OperatorJudge(op, files[op], config, workdir, spares.pop(op, None))
             try:
                 for p, verdict in by_op[op]:

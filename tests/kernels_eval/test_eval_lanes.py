@@ -302,9 +302,10 @@ def test_a_prestarted_gpu_worker_is_warmed_ahead_and_its_judge_waits_for_that(mo
             return {"ok": True}
 
     gpu = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
-    worker = runner._warm_ahead(Worker(), gpu)
-    assert worker.warming is not None and worker.warming.is_alive()
+    worker = Worker()
     judge = runner.OperatorJudge("rms_norm", HONEST / "rms_norm.py", gpu, tmp_path, worker)
+    assert runner._warm_ahead(worker, gpu) is worker  # warmed from here on, the judge built first (that takes time)
+    assert worker.warming is not None and worker.warming.is_alive()
     assert judge._request({"cmd": "init"})["ok"]
     assert sent == [("start", "warm"), ("end", "warm"), ("start", "init"), ("end", "init")]
     assert worker.warming is None and judge.spent["warm_wait"] > 0.05
@@ -323,3 +324,49 @@ def test_a_real_worker_answers_warm_before_its_init(tmp_path):
         assert not worker.request({"cmd": "nonsense"}, 120)["ok"]  # the command table is what answered
     finally:
         worker.close()
+
+
+def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_path):
+    """While one operator is timed, the next TIMING_AHEAD operators' workers are already starting (each start,
+    CUDA context and first profiler start took ~12 s on H200, longer than timing a small operator)."""
+    events: list[tuple[str, str]] = []
+
+    class Spare:
+        def __init__(self, op):
+            self.op = op
+
+        def close(self):
+            events.append(("closed", self.op))
+
+    def prestart(spares, config, workdir, op, file, key=None):
+        if op not in spares:
+            spares[op] = Spare(op)
+            events.append(("started", op))
+
+    class Judge:
+        def __init__(self, op, file, config, workdir, worker=None):
+            assert worker is not None and worker.op == op  # each judge takes the worker started for it
+            self.op, self.log = op, workdir / f"{op}.log"
+
+        def time_checked(self, verdict):
+            events.append(("timed", self.op))
+            return {**verdict, "stage": "done"}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(runner, "_prestart", prestart)
+    monkeypatch.setattr(runner, "OperatorJudge", Judge)
+    ops = [f"op{k}" for k in range(6)]
+    items = [(runner.Problem({"problem_id": f"{op}-{j}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
+              {"stage": "performance"}) for op in ops for j in range(2)]
+    rows = []
+    config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
+    runner._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
+                         lambda p, v, index, announce=False: rows.append((p.problem_id, v["stage"])))
+    assert len(rows) == 12 and {stage for _, stage in rows} == {"done"}
+    first_timed = events.index(("timed", "op0"))
+    assert [op for kind, op in events[:first_timed]] == ops[:1 + runner.TIMING_AHEAD]
+    started_before = {op: [o for kind, o in events[:events.index(("timed", op))] if kind == "started"] for op in ops}
+    assert started_before["op2"] == ops  # by op2's timing every worker is starting or done
+    assert not any(kind == "closed" for kind, _ in events)  # every worker started was taken by its judge
