@@ -133,7 +133,7 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
         t0 = time.monotonic()
 
         def keep_clock(problem, verdict, run=run):
-            clocks[run][problem.problem_id] = verdict.get("sm_clock_mhz")
+            clocks[run][problem.problem_id] = verdict.sm_clock_mhz
 
         rows = evaluate(sub, release, config=EvalConfig(device="cuda", run=run), ops=ops, problems=chosen,
                         progress=keep_clock)
@@ -190,11 +190,11 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
         def progress(problem, verdict):
             done[0] += 1
             spent = steps.setdefault(problem.operator, {})
-            for k, s in (verdict.get("step_s") or {}).items():
+            for k, s in verdict.step_s.items():
                 spent[k] = spent.get(k, 0.0) + s
-            if done[0] % 20 == 0 or verdict["stage"] not in ("adoption",):
-                log(f"    [{done[0]}] {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} "
-                    f"{time.monotonic() - t0:6.0f} s {(verdict.get('error') or '')[:90]}")
+            if done[0] % 20 == 0 or verdict.stage not in ("adoption",):
+                log(f"    [{done[0]}] {problem.problem_id} {problem.operator:<28} {verdict.stage:<11} "
+                    f"{time.monotonic() - t0:6.0f} s {(verdict.error or '')[:90]}")
 
         rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, problems=chosen, progress=progress)
         wall = time.monotonic() - t0
@@ -244,20 +244,19 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
     counted: dict[int, dict] = {}
 
     def progress(problem, verdict):
-        t = verdict.get("t_measured_s")
-        step_s = {k: round(x, 3) for k, x in (verdict.get("step_s") or {}).items()}
-        if id(verdict.get("step_s")) not in counted:
-            counted[id(verdict.get("step_s"))] = verdict.get("step_s")
+        t = verdict.t_measured_s
+        step_s = {k: round(x, 3) for k, x in verdict.step_s.items()}
+        if id(verdict.step_s) not in counted:
+            counted[id(verdict.step_s)] = verdict.step_s
             spent = steps.setdefault(problem.operator, {})
             for k, x in step_s.items():
                 spent[k] = spent.get(k, 0.0) + x
         with partial.open("a") as fh:
             fh.write(json.dumps({"problem_id": problem.problem_id, "operator": problem.operator,
-                                 **{k: v for k, v in verdict.items() if k != "step_s"}, "step_s": step_s},
-                                default=str) + "\n")
-        log(f"    {problem.problem_id} {problem.operator:<28} {verdict['stage']:<11} {_us(t):>10} "
-            f"ref={_us(verdict.get('t_reference_s')):>10} {time.monotonic() - t0:5.0f} s "
-            f"{(verdict.get('error') or '')[:100]}")
+                                 **verdict.as_dict(), "step_s": step_s}, default=str) + "\n")
+        log(f"    {problem.problem_id} {problem.operator:<28} {verdict.stage:<11} {_us(t):>10} "
+            f"ref={_us(verdict.t_reference_s):>10} {time.monotonic() - t0:5.0f} s "
+            f"{(verdict.error or '')[:100]}")
 
     config = EvalConfig(device=device, triton_cache=triton_cache)
     rows = evaluate(sub, release, config=config, ops=ops, problems=problems, progress=progress, lanes=lanes)

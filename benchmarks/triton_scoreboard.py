@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernels_eval.harness.runner import Problem, result_row  # noqa: E402
+from kernels_eval.harness.verdict import FIELDS as VERDICT_FIELDS  # noqa: E402
 from kernels_eval.results_schema import RESULTS, read_results  # noqa: E402
 from kernels_eval.scoring import problem_bounds, problem_scores, score  # noqa: E402
 from release.bundle import read_release  # noqa: E402
@@ -64,7 +65,8 @@ def rows_from_progress(path: Path, release, hardware: str, timing: str = "span")
         if timing == "event" and v.get("t_event_s") is not None:
             v = {**v, "t_measured_s": v["t_event_s"], "t_p10_s": None, "t_p90_s": None}
         p = Problem(manifest[v["problem_id"]])
-        rows.append(result_row(base, p, v, None, roof.get(p.problem_id), "cuda"))
+        verdict = {k: x for k, x in v.items() if k in VERDICT_FIELDS}  # a record also names its problem (and run)
+        rows.append(result_row(base, p, verdict, None, roof.get(p.problem_id), "cuda"))
     return rows
 
 

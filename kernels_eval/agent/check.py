@@ -45,7 +45,7 @@ def check_file(file: str | Path, operator: str, device: str = "cpu", sandbox: bo
         config = EvalConfig(device=device, sandbox=sandbox, call_timeout_s=call_timeout_s,
                             hardware=None if device == "cuda" else "cpu")
         evaluate(sub, smoke_release(operator, device, scratch), config=config,
-                 progress=lambda p, v: verdicts.append({"problem_id": p.problem_id, **v}))
+                 progress=lambda p, v: verdicts.append({"problem_id": p.problem_id, **v.as_dict()}))
         return verdicts
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

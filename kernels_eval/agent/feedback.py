@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from kernels_eval.agent.records import Struct, as_builtins, field
+from kernels_eval.harness.verdict import Verdict
 
 MISMATCH = re.compile(r"^(?P<where>input set \d+, \{.*?\}): (?P<detail>.*)$", re.DOTALL)
 OUTPUT = re.compile(r"output '(?P<name>[^']+)'")
@@ -83,31 +84,18 @@ def first_mismatch(stage: str, error: str | None, max_abs_err: float | None) -> 
     return Mismatch(where=where, output=out["name"] if out else None, detail=detail, max_abs_err=max_abs_err)
 
 
-def kernel_times(verdict: dict) -> list[KernelTime]:
-    """Per-kernel GPU time from the verdict's kernel records, longest first; none where the evaluator gives
-    none (on CPU, or an evaluator without them). Records are {name: µs} or rows with a name and a time."""
-    records = verdict.get("kernels") or verdict.get("kernel_records") or {}
-    if isinstance(records, dict):
-        rows = [{"name": k, "time_us": v} for k, v in records.items()]
-    else:
-        rows = list(records)
-    out = []
-    for r in rows:
-        if not isinstance(r, dict) or "name" not in r:
-            continue
-        for key, scale in (("time_us", 1.0), ("us", 1.0), ("total_us", 1.0), ("time_s", 1e6), ("dur_ns", 1e-3),
-                           ("total_ns", 1e-3)):
-            if isinstance(r.get(key), (int, float)):
-                out.append(KernelTime(name=str(r["name"]), time_us=float(r[key]) * scale))
-                break
-    return sorted(out, key=lambda k: -k.time_us)
+def kernel_times(verdict: Verdict | None) -> list[KernelTime]:
+    """GPU µs per timed call by kernel name over the verdict's timed window (`Verdict.kernel_us`), longest
+    first; none where nothing was timed (on CPU, or a problem that stopped before performance)."""
+    us = verdict.kernel_us if verdict is not None else {}
+    return sorted((KernelTime(name=name, time_us=float(t)) for name, t in us.items()), key=lambda k: -k.time_us)
 
 
-def problem_feedback(row: dict, verdict: dict, *, weight: float | None = None, declared: list[str] = (),
+def problem_feedback(row: dict, verdict: Verdict | None, *, weight: float | None = None, declared: list[str] = (),
                      maintainer: bool = False, profile: list[KernelProfile] = ()) -> ProblemFeedback:
     """The record of one problem from the evaluator's results row and verdict."""
-    stage = row.get("stage") or verdict.get("stage") or "compile"
-    max_err = verdict.get("max_abs_err", row.get("max_abs_err"))
+    stage = row.get("stage") or (verdict.stage if verdict is not None else "compile")
+    max_err = verdict.max_abs_err if verdict is not None else row.get("max_abs_err")
     note = None
     if row.get("device") == "cpu":
         note = "CPU run: smoke shapes through the Triton interpreter; performance not measured"
@@ -117,7 +105,7 @@ def problem_feedback(row: dict, verdict: dict, *, weight: float | None = None, d
         error=row.get("error"), mismatch=first_mismatch(stage, row.get("error"), max_err),
         adoption=Adoption(native=bool(row.get("native")), native_fraction=row.get("native_fraction"),
                           declared_kernels=list(declared), fallbacks=list(row.get("fallbacks") or [])),
-        t_measured_s=row.get("t_measured_s"), t_event_s=row.get("t_event_s") or verdict.get("t_event_s"),
+        t_measured_s=row.get("t_measured_s"), t_event_s=row.get("t_event_s") or (verdict.t_event_s if verdict is not None else None),
         kernels=kernel_times(verdict), profile=list(profile), note=note,
         t_roofline_s=row.get("t_roofline_s") if maintainer else None,
         roofline_fraction=row.get("roofline_fraction") if maintainer else None)
@@ -141,7 +129,7 @@ def evaluate_with_verdicts(submission: str | Path, release, config, ops=None, pr
     """(rows, {problem_id: verdict}) of one evaluation of the submission (not recorded in any results file)."""
     from kernels_eval.harness.runner import evaluate
 
-    verdicts: dict[str, dict] = {}
+    verdicts: dict[str, Verdict] = {}
     rows = evaluate(submission, release, config=config, ops=ops, problems=problems,
                     progress=lambda p, v: verdicts.__setitem__(p.problem_id, v))
     return rows, verdicts
@@ -175,7 +163,7 @@ def submission_feedback(submission: str | Path, release, config, *, ops=None, pr
                                                   json.loads(p["init_kwargs"]), json.loads(p["input_kwargs"]))
             except ncu_mod.NcuUnavailable as exc:
                 note = f"--ncu: {exc}"
-        record = problem_feedback(row, verdicts.get(row["problem_id"], {}), weight=weights.get(row["problem_id"]),
+        record = problem_feedback(row, verdicts.get(row["problem_id"]), weight=weights.get(row["problem_id"]),
                                   declared=declared.get(row["operator"], []), maintainer=maintainer,
                                   profile=profile)
         if note:

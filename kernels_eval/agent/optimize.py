@@ -101,7 +101,7 @@ def judge(source: str, operator: str, release, config, weights: dict[str, float]
         declared = jit_function_names(path)
     except SyntaxError:
         declared = []
-    feedback = [problem_feedback(r, verdicts.get(r["problem_id"], {}), weight=weights.get(r["problem_id"]),
+    feedback = [problem_feedback(r, verdicts.get(r["problem_id"]), weight=weights.get(r["problem_id"]),
                                  declared=declared) for r in rows]
     return Judgement(rows=rows, feedback=feedback, weighted_time_s=weighted_time(rows, weights), s_op=s_op(rows),
                      eval_s=took)

@@ -28,9 +28,9 @@ from kernels_eval.harness.compare import compare_outputs, named_outputs, unchang
 from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
+from kernels_eval.harness.verdict import Verdict, as_verdict
 
 log = logging.getLogger("hotshape.eval")  # phases and checked problems of a lanes run (the rows carry the rest)
-TIMING_KEY = "_timing_pending"  # a checked verdict's entry for its deferred performance stage (see `evaluate`)
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
 # later call in that worker fails at once, so the operator's next problem gets a fresh worker.
 # A lane's worker that runs out of device memory had a lane's share of it: the problem is judged again alone
@@ -273,20 +273,18 @@ class OperatorJudge:
             self.tamper = "; ".join(tampers)
         return self.tamper if tampers else None
 
-    def evaluate_shapes(self, shapes: list[tuple[dict, dict]], defer_timing: bool = False) -> dict:
+    def evaluate_shapes(self, shapes: list[tuple[dict, dict]], defer_timing: bool = False) -> Verdict:
         """The verdict over one or more (init_kwargs, input_kwargs) shapes of this operator. With `defer_timing` a
-        verdict that has passed every check up to performance is returned with its `TIMING_KEY` entry (the shape
+        verdict that has passed every check up to performance is returned with its `pending` entry (the shape
         and the checked calls' launches): `time_checked` finishes it later, in another worker."""
-        v = {"stage": "compile", "compiled": False, "correct": False, "native": False, "native_fraction": None,
-             "fallbacks": [], "error": None, "max_abs_err": None, "t_measured_s": None, "t_p10_s": None,
-             "t_p90_s": None, "n_timed": None, "t_reference_s": None, "t_event_s": None}
+        v = Verdict()
         checked_us: dict[str, float] = {}  # GPU: kernel time by name over the checked calls after each shape's first
         launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
         gpu = self.config.device == "cuda"
         self.spent = {}
         # what the worker's observation channel recorded over this verdict's calls (ghost replays included)
         self.observed, self.observed_ops, self.tamper = [], {}, None
-        v["step_s"] = self.spent
+        v.step_s = self.spent
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
                 began = time.monotonic()
@@ -302,7 +300,7 @@ class OperatorJudge:
                     if not reply.get("ok"):
                         stage = "compile" if index == 0 and k == 0 else "correctness"
                         return self._fail(v, stage, f"call failed: {reply.get('error')}")
-                    v["compiled"] = True
+                    v.compiled = True
                     launches += reply.get("launches", [])
                     if gpu and k:  # a shape's first call compiles and autotunes (its benchmark flushes are aten)
                         for name, us in _kernel_us(reply.get("records")).items():
@@ -315,13 +313,13 @@ class OperatorJudge:
                 if any(x.get("owned") for x in launches):
                     ghost_passed = self._ghost_passes(model, init_kwargs, input_kwargs) or ghost_passed
         except WorkerDied as exc:
-            return self._fail(v, "correctness" if v["compiled"] else "compile", str(exc))
+            return self._fail(v, "correctness" if v.compiled else "compile", str(exc))
         if self.tamper:  # seen in a ghost replay (a judged call's tamper already failed above)
             return self._fail(v, "correctness", f"call failed: TamperError: {self.tamper}")
         for op, n in self.observed_ops.items():  # the channel's count stands where the reply's was taken back
             aten_ops[op] = max(aten_ops.get(op, 0), n)
-        v["max_abs_err"] = max_err
-        v["correct"] = not errors
+        v.max_abs_err = max_err
+        v.correct = not errors
         if gpu and not any(x.get("owned") for x in launches):
             verdict = adoption.gpu_adoption({}, launches, aten_ops)  # nothing of the submission ran
         elif gpu and checked_us:
@@ -343,25 +341,25 @@ class OperatorJudge:
         if not verdict["native"]:
             return self._fail(v, "adoption", verdict["reason"])
         if not gpu:
-            v["stage"] = "done"
+            v.stage = "done"
             return v
         if defer_timing:
-            v["stage"], v[TIMING_KEY] = "performance", {"shape": shapes[-1], "launches": launches}
+            v.stage, v.pending = "performance", {"shape": shapes[-1], "launches": launches}
             return v
         return self._performance(v, model, shapes[-1], launches)
 
-    def time_checked(self, v: dict) -> dict:
+    def time_checked(self, v: Verdict) -> Verdict:
         """The performance stage of a verdict `evaluate_shapes(defer_timing=True)` left for it (in place)."""
-        pending = v.pop(TIMING_KEY)
+        pending, v.pending = v.pending, None
         init_kwargs, _ = shape = pending["shape"]
-        self.spent = v.setdefault("step_s", {})
+        self.spent = v.step_s
         self.observed, self.observed_ops, self.tamper = [], {}, None
         began = time.monotonic()
         model = self.reference.Model(**init_kwargs).to("cuda")
         self._clock("reference_model", began)
         return self._performance(v, model, shape, pending["launches"])
 
-    def _performance(self, v: dict, model, shape: tuple[dict, dict], launches: list[dict]) -> dict:
+    def _performance(self, v: Verdict, model, shape: tuple[dict, dict], launches: list[dict]) -> Verdict:
         """Times the candidate; the kernel span of each timed call is its time, the timed calls' kernels must be
         the submission's own, and the outputs of a few timed calls (chosen after each call) must be right."""
         from kernels_eval.harness import spans
@@ -384,13 +382,15 @@ class OperatorJudge:
                 return self._fail(v, "performance", f"timing refused: {exc}")
             every = launches + list(timed.get("launches") or [])
             deferred = spans.outside_owned(outside, adoption.owned_names(every))
-            windowed = adoption.gpu_adoption(spans.time_by_name(windows), every, {},
+            by_name = spans.time_by_name(windows)
+            kernel_us = {name: us / max(len(windows), 1) for name, us in by_name.items()}
+            windowed = adoption.gpu_adoption(by_name, every, {},
                                              host_reads_exempt=self.spec.data_dependent_size)
             self._clock("spans", began)
             v.update(native=windowed["native"], native_fraction=windowed["native_fraction"],
                      fallbacks=windowed["fallbacks"])
             if deferred:
-                v["native"] = False
+                v.native = False
                 return self._fail(v, "adoption", "timed calls: the submission's kernels ran between timed calls, "
                                                  f"after a call had returned ({', '.join(deferred)})")
             if not windowed["native"]:
@@ -399,7 +399,7 @@ class OperatorJudge:
         except WorkerDied as exc:
             return self._fail(v, "performance", str(exc))
         if wrong:
-            v["correct"] = False
+            v.correct = False
             return self._fail(v, "performance", f"a timed call's output was wrong: {wrong}")
         events = [float(t) for t in timed["times_s"]]
         if sum(events) > float(timed.get("host_s", 0)) * 1.05 + 1e-3 or min(events, default=0) <= 0:
@@ -412,10 +412,11 @@ class OperatorJudge:
         q = q_event if self.spec.data_dependent_size else quantiles(reported)
         v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(events),
                  t_event_s=q_event["median"], sm_clock_mhz=timed.get("sm_clock_mhz"),
-                 timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"))
+                 timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"),
+                 kernel_us=kernel_us)
         if self.config.time_reference:
-            v["t_reference_s"] = self._reference_time(model, input_kwargs)
-        v["stage"] = "done"
+            v.t_reference_s = self._reference_time(model, input_kwargs)
+        v.stage = "done"
         return v
 
     def _judge_samples(self, model, input_kwargs: dict, samples: list[dict]) -> str | None:
@@ -469,12 +470,11 @@ class OperatorJudge:
         return t
 
     @staticmethod
-    def _fail(v: dict, stage: str, error: str, errors: list[str] | None = None) -> dict:
+    def _fail(v: Verdict, stage: str, error: str, errors: list[str] | None = None) -> Verdict:
         """Stop at `stage` with `error`; a correctness failure already found takes precedence."""
         if errors:
             stage, error = "correctness", errors[0]
-        v["stage"], v["error"] = stage, error
-        return v
+        return v.fail(stage, error)
 
 
 def _kernel_us(records: dict | None) -> dict[str, float]:
@@ -543,7 +543,8 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
     # hashed before any candidate runs: the row names the file that was judged, not what it became
     shas = {op: file_sha256(f) for op, f in files.items() if f is not None}
 
-    def emit(p: Problem, verdict: dict, device_index: int | None, announce: bool = False) -> None:
+    def emit(p: Problem, verdict: Verdict | dict, device_index: int | None, announce: bool = False) -> None:
+        verdict = as_verdict(verdict)
         with one_writer:
             if p.problem_id in emitted:
                 return
@@ -596,8 +597,8 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
             for thread in timers:
                 thread.join()
             for p, _, cfg in pending:  # a timing thread that died outright: its problems still get their row
-                emit(p, {"stage": "performance", "compiled": True, "correct": True, "native": True,
-                         "error": "evaluator error, problem not timed: its device's timing stopped"}, _row_device(cfg))
+                emit(p, Verdict(stage="performance", compiled=True, correct=True, native=True,
+                             error="evaluator error, problem not timed: its device's timing stopped"), _row_device(cfg))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
@@ -714,8 +715,8 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
         for op in shard:
             for p in by_op[op]:
                 if p.problem_id not in left:
-                    emit(p, {"stage": "compile", "error": "evaluator error, problem not judged: its device's "
-                                                          "evaluation stopped"}, _row_device(cfg))
+                    emit(p, Verdict(error="evaluator error, problem not judged: its device's evaluation stopped"),
+                         _row_device(cfg))
 
 
 UNIT_SEP = "#"  # "op#2": the third part of an operator split over lanes
@@ -749,7 +750,7 @@ def _split_units(by_op: dict[str, list[Problem]], costs: dict[str, float],
 TIMING_AHEAD = 3
 
 
-def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
+def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
     """The timing phase of a lanes run on one device: the performance stage of each checked problem, one at a
     time, one operator's worker at a time (the next TIMING_AHEAD ones starting meanwhile: importing torch,
     making a CUDA context, starting the profiler; none runs a kernel); each row to `emit` as it is timed."""
@@ -774,14 +775,14 @@ def _time_checked(items: list[tuple[Problem, dict]], files: dict, config: EvalCo
                     t0 = time.monotonic()
                     try:
                         verdict = judge.time_checked(verdict)
-                        fresh = bool(CONTEXT_LOST.search(verdict.get("error") or ""))
+                        fresh = bool(CONTEXT_LOST.search(verdict.error or ""))
                     except Exception as exc:  # noqa: BLE001 - reported in the row; the timing goes on
-                        verdict.pop(TIMING_KEY, None)
+                        verdict.pending = None
                         verdict = OperatorJudge._fail(verdict, "performance", "evaluator error, problem not timed: "
                                                       f"{type(exc).__name__}: {exc}"[:2000])
                         fresh = True
                         _free_device_memory(config.device)
-                    verdict["eval_s"] = (verdict.get("eval_s") or 0.0) + time.monotonic() - t0
+                    verdict.eval_s = (verdict.eval_s or 0.0) + time.monotonic() - t0
                     emit(p, verdict, index, announce=True)
                     if fresh:
                         judge.close()
@@ -827,7 +828,7 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
 
             torch.cuda.set_device(config.device_index)  # this thread's references run on the worker's GPU
     except Exception as exc:  # noqa: BLE001 - every problem of the shard fails with the reason
-        failed = {"stage": "compile", "error": f"device {config.device_index} unusable: {type(exc).__name__}: {exc}"}
+        failed = Verdict(error=f"device {config.device_index} unusable: {type(exc).__name__}: {exc}")
         for op in shard:
             for p in by_op[op]:
                 emit(p, failed, index)
@@ -848,12 +849,13 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
             _prestart(spares, config, scratch(unit), _unit_op(unit), files[_unit_op(unit)], key=unit)
 
     def on_verdict(p: Problem, verdict: dict) -> None:
-        if retry is not None and OUT_OF_MEMORY.search(verdict.get("error") or ""):
+        verdict = as_verdict(verdict)
+        if retry is not None and OUT_OF_MEMORY.search(verdict.error or ""):
             retry.append(p)
             log.info("out of a lane's memory: %s %s is judged again alone", p.problem_id, p.operator)
-        elif TIMING_KEY in verdict:
+        elif verdict.pending is not None:
             pending.append((p, verdict))  # list.append: one at a time across lane threads
-            log.info("checked %s %s in %.1f s", p.problem_id, p.operator, verdict.get("eval_s") or 0.0)
+            log.info("checked %s %s in %.1f s", p.problem_id, p.operator, verdict.eval_s or 0.0)
         else:
             emit(p, verdict, index, announce=True)
 
@@ -866,12 +868,10 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                 following = judged.index(unit) + 1
                 prestart(judged[following] if following < len(judged) else None)
             if file is None:
-                miss = {"stage": "compile", "compiled": False, "correct": False, "native": False,
-                        "fallbacks": [], "error": f"the submission has no {op}.py"}
+                miss = Verdict(error=f"the submission has no {op}.py")
                 verdicts = {p.problem_id: miss for p in plist}
             elif not registry.is_benchmarkable(op):
-                verdicts = {p.problem_id: {"stage": "compile", "error": f"operator {op} has no reference"}
-                            for p in plist}
+                verdicts = {p.problem_id: Verdict(error=f"operator {op} has no reference") for p in plist}
             else:
                 try:
                     scratch(unit).mkdir(parents=True, exist_ok=True)
@@ -879,11 +879,11 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
                                                spares.pop(unit, None), defer_timing=pending is not None)
                 except Exception as exc:  # noqa: BLE001 - this operator's unjudged problems fail; the shard goes on
                     error = f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000]
-                    verdicts = {p.problem_id: {"stage": "compile", "error": error} for p in plist}
+                    verdicts = {p.problem_id: Verdict(error=error) for p in plist}
             deferred = {q.problem_id for q, _ in pending} if pending is not None else set()
             deferred |= {q.problem_id for q in retry} if retry is not None else set()
             for p in plist:
-                if TIMING_KEY not in verdicts[p.problem_id] and p.problem_id not in deferred:
+                if as_verdict(verdicts[p.problem_id]).pending is None and p.problem_id not in deferred:
                     emit(p, verdicts[p.problem_id], index)
     finally:
         for spare in spares.values():
@@ -922,7 +922,7 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
-                    progress, worker: WorkerProcess | None = None, defer_timing: bool = False) -> dict[str, dict]:
+                    progress, worker: WorkerProcess | None = None, defer_timing: bool = False) -> dict[str, Verdict]:
     """problem_id → verdict for one operator file. On CPU one verdict over the smoke shapes stands for every
     problem; on GPU each problem runs on its shape. An error of the evaluator itself (say, the reference
     running out of memory) fails only that problem, with the error named; so does a candidate error that kills
@@ -940,16 +940,15 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
             try:
                 verdict = judge.evaluate_shapes(shapes, defer_timing=defer_timing)
                 # a dead CUDA context in the worker fails every later call: the next problem gets a fresh one
-                fresh = config.device == "cuda" and bool(CONTEXT_LOST.search(verdict.get("error") or ""))
+                fresh = config.device == "cuda" and bool(CONTEXT_LOST.search(verdict.error or ""))
             except Exception as exc:  # noqa: BLE001 - reported in the row; the run goes on
-                verdict = {"stage": "compile", "error": f"evaluator error, problem not judged: "
-                                                        f"{type(exc).__name__}: {exc}"[:2000]}
+                verdict = Verdict(error=f"evaluator error, problem not judged: {type(exc).__name__}: {exc}"[:2000])
                 fresh = True
                 _free_device_memory(config.device)
             if fresh:
                 judge.close()
                 judge = OperatorJudge(op, file, config, workdir)
-            verdict["eval_s"] = time.monotonic() - t0
+            verdict.eval_s = time.monotonic() - t0
             for p in problems:
                 verdicts[p.problem_id] = verdict
                 if progress:
@@ -1009,20 +1008,21 @@ def _keep_log(config: EvalConfig, log: Path, name: str) -> None:
             pass
 
 
-def result_row(base: dict, p: Problem, v: dict, sha: str | None, t_roof: float | None, device: str) -> dict:
+def result_row(base: dict, p: Problem, v: Verdict | dict, sha: str | None, t_roof: float | None,
+               device: str) -> dict:
     """One results row (results_schema.RESULTS) of a problem's verdict (the scoreboard rebuilds rows of a run
-    cut short from its streamed verdicts with it)."""
-    t = v.get("t_measured_s")
-    ref = v.get("t_reference_s")
+    cut short from its streamed verdicts with it: `v` may be a verdict's plain data)."""
+    v = as_verdict(v)
+    t, ref = v.t_measured_s, v.t_reference_s
     return {**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
-            "shape_kind": "smoke" if device == "cpu" else "problem", "stage": v.get("stage", "compile"),
-            "compiled": bool(v.get("compiled")), "correct": bool(v.get("correct")), "native": bool(v.get("native")),
-            "native_fraction": v.get("native_fraction"), "fallbacks": list(v.get("fallbacks") or []),
-            "error": v.get("error"), "max_abs_err": v.get("max_abs_err"), "performance_measured": t is not None,
-            "t_measured_s": t, "t_p10_s": v.get("t_p10_s"), "t_p90_s": v.get("t_p90_s"), "n_timed": v.get("n_timed"),
+            "shape_kind": "smoke" if device == "cpu" else "problem", "stage": v.stage,
+            "compiled": v.compiled, "correct": v.correct, "native": v.native,
+            "native_fraction": v.native_fraction, "fallbacks": list(v.fallbacks),
+            "error": v.error, "max_abs_err": v.max_abs_err, "performance_measured": t is not None,
+            "t_measured_s": t, "t_p10_s": v.t_p10_s, "t_p90_s": v.t_p90_s, "n_timed": v.n_timed,
             "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
-            "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.get("eval_s"),
-            "t_event_s": v.get("t_event_s"), "key_id": None, "signature": None}
+            "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.eval_s,
+            "t_event_s": v.t_event_s, "key_id": None, "signature": None}
 
 
 def _free_device_memory(device: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from kernels_eval.agent import ncu
 from kernels_eval.agent.feedback import first_mismatch, kernel_times, submission_feedback
+from kernels_eval.harness.verdict import Verdict
 
 ADVERSARIAL = Path(__file__).resolve().parents[1] / "adversarial"
 
@@ -58,9 +59,9 @@ def test_mismatch_and_kernel_records_parse_the_evaluator_s_words():
     m = first_mismatch("correctness", err, 3.41)
     assert m.where == "input set 2, {\"shape\":[5,96]}" and m.output == "out" and m.detail.startswith("output 'out'")
     assert first_mismatch("adoption", "PyTorch/library compute ran", None) is None
-    times = kernel_times({"kernels": [{"name": "a", "time_s": 2e-6}, {"name": "b", "dur_ns": 5000}]})
-    assert [(k.name, round(k.time_us, 3)) for k in times] == [("b", 5.0), ("a", 2.0)]
-    assert kernel_times({"kernels": {"k": 1.5}})[0].time_us == 1.5 and kernel_times({}) == []
+    times = kernel_times(Verdict(stage="done", kernel_us={"a": 2.0, "b": 5.0}))
+    assert [(k.name, k.time_us) for k in times] == [("b", 5.0), ("a", 2.0)]
+    assert kernel_times(Verdict()) == [] and kernel_times(None) == []
 
 
 def test_ncu_bound_rule_and_csv_table():

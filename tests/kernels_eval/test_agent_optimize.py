@@ -131,7 +131,8 @@ def test_the_loop_imports_without_polars_duckdb_msgspec_or_dagster():
         "from kernels_eval.agent.records import as_builtins\n"
         "row = {'problem_id': 'p', 'operator': 'rms_norm', 'stage': 'correctness', 'compiled': True,\n"
         "       'correct': False, 'native': True, 'error': \"input set 1, {}: output 'out': bad\", 'device': 'cuda'}\n"
-        "d = as_builtins(problem_feedback(row, {'kernels': {'k': 2.0}}, weight=0.5))\n"
+        "from kernels_eval.harness.verdict import Verdict\n"
+        "d = as_builtins(problem_feedback(row, Verdict(stage='correctness', kernel_us={'k': 2.0}), weight=0.5))\n"
         "assert d['mismatch']['output'] == 'out' and d['kernels'] == [{'name': 'k', 'time_us': 2.0}], d\n"
         "print('ok')\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -14,6 +14,7 @@ import pytest
 
 from kernels_eval.harness import runner
 from kernels_eval.harness.release_view import ReleaseView
+from kernels_eval.harness.verdict import Verdict
 
 HONEST = Path(__file__).resolve().parents[1] / "adversarial" / "honest"
 
@@ -161,10 +162,10 @@ def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatc
         for p in plist:
             t0 = time.monotonic()
             time.sleep(0.02)
-            v = {"stage": "performance", "compiled": True, "correct": True, "native": True, "eval_s": 0.5,
-                 runner.TIMING_KEY: {"shape": ({}, {}), "launches": []}}
+            v = Verdict(stage="performance", compiled=True, correct=True, native=True, eval_s=0.5,
+                        pending={"shape": ({}, {}), "launches": []})
             if p.problem_id == "gemm-1":  # failed its checks: never timed
-                v = {"stage": "correctness", "compiled": True, "correct": False, "error": "wrong"}
+                v = Verdict(stage="correctness", compiled=True, correct=False, error="wrong")
             assert defer_timing
             with lock:
                 events.append(("check", p.problem_id, t0, time.monotonic(), threading.current_thread().name))
@@ -176,10 +177,11 @@ def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatc
         assert self.config.keep_autotuning and self.config.gpu_memory_fraction == 0.45  # alone on the device
         t0 = time.monotonic()
         time.sleep(0.01)
-        v.pop(runner.TIMING_KEY)
+        assert v.pending is not None
+        v.pending = None
         with lock:
             events.append(("time", self.operator, t0, time.monotonic(), threading.current_thread().name))
-        return {**v, "stage": "done", "t_measured_s": 1e-5}
+        return v.update(stage="done", t_measured_s=1e-5)
 
     monkeypatch.setattr(runner, "_judge_operator", judge)
     monkeypatch.setattr(runner.OperatorJudge, "time_checked", time_checked)
@@ -350,7 +352,7 @@ def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_
 
         def time_checked(self, verdict):
             events.append(("timed", self.op))
-            return {**verdict, "stage": "done"}
+            return verdict.update(stage="done", pending=None)
 
         def close(self):
             pass
@@ -359,11 +361,11 @@ def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_
     monkeypatch.setattr(runner, "OperatorJudge", Judge)
     ops = [f"op{k}" for k in range(6)]
     items = [(runner.Problem({"problem_id": f"{op}-{j}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
-              {"stage": "performance"}) for op in ops for j in range(2)]
+              Verdict(stage="performance", pending={"shape": ({}, {}), "launches": []})) for op in ops for j in range(2)]
     rows = []
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
     runner._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
-                         lambda p, v, index, announce=False: rows.append((p.problem_id, v["stage"])))
+                         lambda p, v, index, announce=False: rows.append((p.problem_id, v.stage)))
     assert len(rows) == 12 and {stage for _, stage in rows} == {"done"}
     first_timed = events.index(("timed", "op0"))
     assert [op for kind, op in events[:first_timed]] == ops[:1 + runner.TIMING_AHEAD]

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from kernels_eval.harness import runner  # noqa: E402
 from kernels_eval.harness.spans import END_MARKER, START_MARKER  # noqa: E402
+from kernels_eval.harness.verdict import Verdict  # noqa: E402
 
 OWN = [{"name": "rms_norm_kernel", "file": "/sub/rms_norm.py", "owned": True, "count": 3}]
 
@@ -59,8 +60,7 @@ SHAPE = ({"eps": 1e-6}, {"token_count": 4, "hidden_size": 64})
 
 
 def verdict():
-    return {"stage": "adoption", "compiled": True, "correct": True, "native": True, "native_fraction": None,
-            "fallbacks": [], "error": None, "t_measured_s": None, "t_event_s": None}
+    return Verdict(stage="adoption", compiled=True, correct=True, native=True)
 
 
 def run(tmp_path, reply, data_dependent=False):
@@ -90,9 +90,12 @@ def test_the_kernel_span_is_t_measured_and_the_events_are_kept_beside(tmp_path):
                                                                     between=[("aten_normal", 3_000)]),
              "samples": [{"seed": 11, "call": 2, "outputs": {"out": reference_output(11)}}]}
     v = run(tmp_path, reply)
-    assert v["stage"] == "done", v["error"]
-    assert v["t_measured_s"] == pytest.approx(4e-6) and v["t_event_s"] == pytest.approx(9e-6)
-    assert v["n_timed"] == 4 and v["native_fraction"] == 1.0 and v["timed_samples"] == 1
+    assert v.stage == "done", v.error
+    assert v.t_measured_s == pytest.approx(4e-6) and v.t_event_s == pytest.approx(9e-6)
+    assert v.n_timed == 4 and v.native_fraction == 1.0 and v.timed_samples == 1
+    # the feedback's per-kernel figure: µs per timed call by name, the evaluator's markers and what ran between
+    # the calls left out
+    assert v.kernel_us == {"rms_norm_kernel": pytest.approx(4.0)}
 
 
 def test_a_kept_output_that_is_not_its_sets_result_fails_at_performance(tmp_path):
@@ -103,16 +106,16 @@ def test_a_kept_output_that_is_not_its_sets_result_fails_at_performance(tmp_path
     judge = Judge({"ok": True, "host_s": 1.0, "launches": [], **reply}, tmp_path)
     v = judge._performance(verdict(), judge.reference.Model(**SHAPE[0]), SHAPE, own)
     judge.close()
-    assert v["stage"] == "performance" and not v["correct"]
-    assert "a timed call's output was wrong" in v["error"] and "timed call 1" in v["error"]
+    assert v.stage == "performance" and not v.correct
+    assert "a timed call's output was wrong" in v.error and "timed call 1" in v.error
 
 
 def test_library_kernels_in_the_timed_window_make_it_not_native_by_name(tmp_path):
     calls = [[("rms_norm_kernel", 500), ("void at::native::vectorized_rms_norm_kernel<float>", 9_500)]] * 3
     v = run(tmp_path, {"times_s": [1e-5] * 3, "marked": 3, "records": records(calls), "samples": []})
-    assert v["stage"] == "adoption" and not v["native"]
-    assert v["error"].startswith("timed calls: only 5.0%")
-    assert any("vectorized_rms_norm_kernel" in f for f in v["fallbacks"])
+    assert v.stage == "adoption" and not v.native
+    assert v.error.startswith("timed calls: only 5.0%")
+    assert any("vectorized_rms_norm_kernel" in f for f in v.fallbacks)
 
 
 def test_the_submission_s_kernels_between_timed_calls_are_refused(tmp_path):
@@ -122,17 +125,17 @@ def test_the_submission_s_kernels_between_timed_calls_are_refused(tmp_path):
                    "records": records(calls, between=[("rms_norm_kernel", 8_000)])}, tmp_path)
     v = judge._performance(verdict(), judge.reference.Model(**SHAPE[0]), SHAPE, own)
     judge.close()
-    assert v["stage"] == "adoption" and "between timed calls" in v["error"] and "rms_norm_kernel" in v["error"]
+    assert v.stage == "adoption" and "between timed calls" in v.error and "rms_norm_kernel" in v.error
 
 
 def test_unattributable_records_refuse_the_timing(tmp_path):
     v = run(tmp_path, {"times_s": [1e-5] * 3, "marked": 4, "records": records([[("rms_norm_kernel", 1)]] * 3),
                        "samples": []})
-    assert v["stage"] == "performance" and "could not be attributed to calls" in v["error"]
+    assert v.stage == "performance" and "could not be attributed to calls" in v.error
 
 
 def test_a_data_dependent_size_keeps_the_events_figure(tmp_path):
     calls = [[("rms_norm_kernel", 4_000)]] * 3
     v = run(tmp_path, {"times_s": [2e-5] * 3, "marked": 3, "records": records(calls), "samples": []},
             data_dependent=True)
-    assert v["stage"] == "done" and v["t_measured_s"] == pytest.approx(2e-5)
+    assert v.stage == "done" and v.t_measured_s == pytest.approx(2e-5)
