@@ -43,6 +43,9 @@ WORKER_ENV = {
     "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": '{"MALLOC_TRIM_THRESHOLD_": None}',
     # each process checks its event loop for blockage every 20 ms
     "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+    # a worker parses one trace at a time; polars' own pool (a thread per core) made the parses of workers on
+    # one host contend (the local pool's spawned workers run the same way: ingest/store.py)
+    "POLARS_MAX_THREADS": "1",
 }
 
 
