@@ -28,7 +28,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,8 @@ import msgspec
 import polars as pl
 
 from ingest.schema import parquet
-from ingest.tracefile import TraceError, file_size, is_url, prefetched_id, read_file, trace_id_of, trace_name
+from ingest.tracefile import (TraceError, file_size, is_url, prefetched_id, read_file, sibling, trace_id_of,
+                              trace_name)
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -214,6 +215,7 @@ class TraceStore:
             self.fs, self.root = LocalFiles(), os.path.abspath(os.path.expanduser(self.url))
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
         self._captures: dict[tuple, pl.DataFrame | None] = {}
+        self._folders: set[str] = set()  # folders made by this store object: each is made once
 
     # ---- layout ---------------------------------------------------------------------------------
     def file(self, table: str, trace_id: str) -> str:
@@ -234,7 +236,9 @@ class TraceStore:
         folder, name = path.rsplit("/", 1)
         # pid alone can repeat across hosts of one cluster writing the same trace (a retried task)
         tmp = f"{folder}/.{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        self.fs.makedirs(folder, exist_ok=True)
+        if folder not in self._folders:
+            self.fs.makedirs(folder, exist_ok=True)
+            self._folders.add(folder)
         self.fs.pipe_file(tmp, data)
         if self.local:
             os.replace(tmp, path)
@@ -383,7 +387,8 @@ class TraceStore:
     # ---- ingesting ------------------------------------------------------------------------------
     def ingest(self, paths: list[str | Path], names: list[str] | None = None, *, jobs: int | None = None,
                captures: list[Path] | None = None, taxonomy=None,
-               progress: Callable[..., Iterable] | None = None, cluster: str | None = None) -> IngestReport:
+               progress: Callable[..., Iterable] | None = None, cluster: str | None = None,
+               meanwhile: Callable[[], object] | None = None) -> IngestReport:
         """Put every trace of `paths` the store lacks into it, `jobs` at a time; what was parsed and reused.
 
         `names` (default: the paths as given) are the names recorded in the path index. Workers
@@ -391,46 +396,63 @@ class TraceStore:
         not with the number of traces. Graph-capture traces (`captures`, else the ones a
         capture_traces/execution_details.json beside each trace names) are parsed once per store.
         With `cluster` (a Dask scheduler address) the parses run on its workers instead
-        (ingest.cluster): the same tasks, so the store gets the same bytes.
+        (ingest.cluster): the same tasks, so the store gets the same bytes. `meanwhile` is called once
+        in this process while the local pool's workers parse (the caller's next imports, say: this
+        process is idle then); it must not need the store.
         """
-        from ingest.graphs import capture_traces_for
-
         paths = [trace_name(p) for p in paths]  # paths, or fsspec URLs the workers read too
         names = [str(p) for p in paths] if names is None else list(names)
         report = IngestReport()
-        if len(paths) > 1:
-            from concurrent.futures import ThreadPoolExecutor
+        # The local pool's workers start (spawn, imports: ~0.5 s of a core each) as soon as it is sure that
+        # they will be needed, while this process goes on hashing and indexing the rest (~1 s per 1,000 traces).
+        pool = _Pool(jobs or os.cpu_count() or 1) if not cluster and self.local and jobs != 1 else None
+        with ExitStack() as stack:
+            hashes: Iterable = map(_hash, paths)
+            if len(paths) > 1:
+                from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-                hashes = list(pool.map(_hash, paths))  # sha256 releases the GIL
-        else:
-            hashes = list(map(_hash, paths))
-        ready: dict[str, tuple] = {}  # trace_id -> task
-        waiting: dict[str, tuple] = {}  # trace_id -> (task, capture files): captures the store lacks
-        for path, name, tid in zip(paths, names, hashes):
-            if isinstance(tid, TraceError):
-                report.unreadable.append({"path": name, "reason": tid.problem})
-                continue
-            report.ids[name] = tid
-            self.record_name(name, tid)
-            if tid in ready or tid in waiting or tid in report.reused:
-                continue
-            if self.has(tid):
-                report.reused.append(tid)
-                continue
-            try:
-                files = captures if captures is not None else capture_traces_for(path)
-                digests = self._capture_ids(files, report)
-            except TraceError as exc:
-                self.quarantine(tid, exc.problem)
-                report.parsed.append(tid)
-                continue
-            task = (self.url, str(path), name, digests, taxonomy)
-            if all(self._capture_stored(d, report) for d in digests):
-                ready[tid] = task
-            else:
-                waiting[tid] = (task, files)
-        sizes = {tid: file_size(task[1]) for tid, task in [*ready.items(), *((t, w[0]) for t, w in waiting.items())]}
+                hashing = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))))
+                hashes = hashing.map(_hash, paths)  # sha256 releases the GIL: the threads hash ahead of the loop
+            if pool is not None:
+                stack.callback(pool.shutdown)
+            ready: dict[str, tuple] = {}  # trace_id -> task
+            waiting: dict[str, tuple] = {}  # trace_id -> (task, capture files): captures the store lacks
+            sizes: dict[str, int] = {}  # trace_id -> bytes of trace file, of every trace to parse
+            sidecars: dict[str, list | TraceError] = {}  # a folder's capture traces (capture_traces_for)
+            for path, name, tid in zip(paths, names, hashes):
+                if isinstance(tid, TraceError):
+                    report.unreadable.append({"path": name, "reason": tid.problem})
+                    continue
+                report.ids[name] = tid
+                self.record_name(name, tid)
+                if tid in ready or tid in waiting or tid in report.reused:
+                    continue
+                if self.has(tid):
+                    report.reused.append(tid)
+                    continue
+                try:
+                    files = captures if captures is not None else _sidecar_captures(path, sidecars)
+                    digests = self._capture_ids(files, report)
+                except TraceError as exc:
+                    self.quarantine(tid, exc.problem)
+                    report.parsed.append(tid)
+                    continue
+                task = (self.url, str(path), name, digests, taxonomy)
+                if all(self._capture_stored(d, report) for d in digests):
+                    ready[tid] = task
+                else:
+                    waiting[tid] = (task, files)
+                sizes[tid] = file_size(path)
+                if pool is not None and len(sizes) > 1 and (jobs or self.default_jobs(sum(sizes.values()))) > 1:
+                    pool.start()
+            return self._ingest_tasks(report, ready, waiting, sizes, jobs, pool, progress, cluster, meanwhile)
+
+    def _ingest_tasks(self, report: IngestReport, ready: dict[str, tuple], waiting: dict[str, tuple],
+                      sizes: dict[str, int], jobs: int | None, pool: _Pool | None, progress, cluster,
+                      meanwhile) -> IngestReport:
+        """`ingest`'s second half: the traces it found the store lacking parsed into it (`ready`: trace_id →
+        task; `waiting`: trace_id → (task, capture files the store lacks)), on the cluster, the local pool
+        or in this process."""
 
         def parse_captures() -> tuple[list[tuple[str, tuple]], list[str]]:
             """The capture traces `waiting` needs parsed into the store: its (trace_id, task) pairs, and the
@@ -466,7 +488,7 @@ class TraceStore:
                 pairs, bad = parse_captures()
                 return longest_first(pairs), bad
 
-            work = _in_pool(longest_first(ready.items()), rest, sizes, jobs)
+            work = _in_pool(longest_first(ready.items()), rest, sizes, pool.start(), meanwhile)
             done = (tid for ids in work for tid in ids)
             report.parsed += list(progress(done, total=len(sizes)) if progress else done)
             return report
@@ -521,35 +543,90 @@ def batches(ordered: list[tuple[str, tuple]], sizes: dict[str, int]) -> list[lis
     return out
 
 
+class _Pool:
+    """`workers` spawned processes for `_in_pool`, started on the first `start()` (each warmed by
+    `_warm`), shut down by `shutdown()`."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.executor = None
+
+    def start(self) -> _Pool:
+        if self.executor is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.executor = ProcessPoolExecutor(max_workers=self.workers,
+                                                mp_context=multiprocessing.get_context("spawn"))
+            with _polars_threads(1):  # a worker is spawned by a submit, and polars reads this at its import
+                for _ in range(self.workers):
+                    self.executor.submit(_warm)
+        return self
+
+    def submit(self, fn, *args):
+        with _polars_threads(1):
+            return self.executor.submit(fn, *args)
+
+    def shutdown(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
+
+
+def _warm() -> None:
+    """A fresh worker's imports and the default taxonomy, loaded before its first batch comes."""
+    from ingest.pipeline import ingest_trace  # noqa: F401 - the import is the point
+    from ingest.classify import classify_events  # noqa: F401
+    from ingest.kineto import read_kineto  # noqa: F401
+    from ingest.attribution import attribute  # noqa: F401
+    from ingest.taxonomy import load_taxonomy
+
+    load_taxonomy(None)
+
+
+def _sidecar_captures(path: str | Path, sidecars: dict[str, list | TraceError]) -> list:
+    """ingest.graphs.capture_traces_for(path), read once per folder (every profile of a folder has the same)."""
+    from ingest.graphs import capture_traces_for
+
+    folder = str(sibling(path))
+    if folder not in sidecars:
+        try:
+            sidecars[folder] = capture_traces_for(path)
+        except TraceError as exc:
+            sidecars[folder] = exc
+    found = sidecars[folder]
+    if isinstance(found, TraceError):
+        raise found
+    return found
+
+
 def _in_pool(first: list[tuple[str, tuple]], rest: Callable[[], tuple[list, list[str]]], sizes: dict[str, int],
-             workers: int) -> Iterable[list[str]]:
-    """The trace_ids of batches of `first` and of the pairs `rest()` returns, parsed on `workers` spawned
+             pool: _Pool, meanwhile: Callable[[], object] | None = None) -> Iterable[list[str]]:
+    """The trace_ids of batches of `first` and of the pairs `rest()` returns, parsed on the `pool`'s
     processes: this process parses the capture traces (`rest`, which also names the trace_ids it
-    settled) while the workers start on `first`, then hands out the rest of the batches, longest first,
-    as workers finish theirs. Batches are handed out a few at a time, not all at once, so that those
+    settled) while the workers start on `first`, calls `meanwhile`, then hands out the rest of the
+    batches, longest first, as workers finish theirs. Batches are handed out a few at a time, not all at once, so that those
     `rest` adds (the longest profiles may wait for a capture trace) go before the short ones left."""
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     queue = batches(first, sizes)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        in_flight: set = set()
+    in_flight: set = set()
 
-        def feed(ahead: int) -> None:
-            with _polars_threads(1):  # a worker starts with a batch submitted to it
-                while queue and len(in_flight) < ahead * workers:
-                    in_flight.add(pool.submit(_ingest_batch, queue.pop(0)))
+    def feed(ahead: int) -> None:
+        while queue and len(in_flight) < ahead * pool.workers:
+            in_flight.add(pool.submit(_ingest_batch, queue.pop(0)))
 
-        feed(4)  # ~4 s of work each: the capture traces take this process ~1 s each
-        more, settled = rest()
-        yield settled
-        queue = sorted(queue + batches(more, sizes), key=lambda batch: -sum(sizes[tid] for tid, _ in batch))
-        while in_flight or queue:
-            feed(2)  # each worker holds its next batch, so it never waits for this process
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-            for future in done:
-                in_flight.remove(future)
-                yield future.result()
+    feed(4)  # ~4 s of work each: the capture traces take this process ~1 s each
+    more, settled = rest()
+    if meanwhile is not None:
+        meanwhile()  # the workers hold ~4 s of batches each by now
+    yield settled
+    queue = sorted(queue + batches(more, sizes), key=lambda batch: -sum(sizes[tid] for tid, _ in batch))
+    while in_flight or queue:
+        feed(2)  # each worker holds its next batch, so it never waits for this process
+        done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+        for future in done:
+            in_flight.remove(future)
+            yield future.result()
 
 
 @contextmanager

@@ -222,3 +222,79 @@ def test_a_trace_whose_tables_cannot_be_written_is_quarantined_and_its_batch_is_
     store.ingest(paths, jobs=1)
     assert store.trace_ids() == [trace_id_of(paths[1].read_bytes())]
     assert store.quarantine_reason(poison) == "unexpected OverflowError while ingesting: a value the writer cannot hold"
+
+
+def _watched_pool(monkeypatch, store_root):
+    """Each local pool's start, with how many names the path index held then; the real pool still starts."""
+    from ingest import store as store_module
+
+    starts = []
+    real = store_module._Pool.start
+
+    def start(pool):
+        if pool.executor is None:
+            starts.append(len(list((store_root / "paths").glob("*.json"))))
+        return real(pool)
+
+    monkeypatch.setattr(store_module._Pool, "start", start)
+    return starts
+
+
+def test_the_pool_starts_while_the_rest_is_indexed_and_not_for_traces_the_store_has(tmp_path, monkeypatch):
+    """Workers are spawned as soon as two traces to parse are known (jobs=2), before the other names are
+    indexed; a second ingest, which parses nothing, starts none; the store is the one that one process writes."""
+    paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz"),
+             _copy(tmp_path / "t", "deepseek-v2-lite/eager.json.gz")]
+    starts = _watched_pool(monkeypatch, tmp_path / "pooled")
+    calls = []
+    pooled = TraceStore(tmp_path / "pooled")
+    report = pooled.ingest(paths, jobs=2, meanwhile=lambda: calls.append(len(pooled.trace_ids())))
+    assert starts == [2] and len(calls) == 1 and sorted(report.parsed) == pooled.trace_ids()
+    assert sorted(pooled.ingest(paths, jobs=2, meanwhile=lambda: calls.append("again")).reused) == sorted(report.parsed)
+    assert starts == [2] and len(calls) == 1
+    alone = TraceStore(tmp_path / "alone")
+    assert sorted(alone.ingest(paths, jobs=1, meanwhile=lambda: calls.append("one process")).parsed) == alone.trace_ids()
+    assert starts == [2] and len(calls) == 1  # meanwhile is for the pool's idle parent only
+    assert _files(tmp_path / "pooled") == _files(tmp_path / "alone")
+
+
+def test_by_default_the_pool_starts_once_the_traces_to_parse_repay_it(tmp_path, monkeypatch):
+    """jobs=None: workers once the traces the store lacks reach PARALLEL_MIN_BYTES, as default_jobs decides
+    after indexing all of them; never for fewer bytes."""
+    from ingest import store as store_module
+
+    paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz")]
+    sizes = [p.stat().st_size for p in paths]
+    monkeypatch.setattr(store_module.os, "cpu_count", lambda: 2)
+    starts = _watched_pool(monkeypatch, tmp_path / "small")
+    monkeypatch.setattr(store_module, "PARALLEL_MIN_BYTES", sum(sizes) + 1)
+    TraceStore(tmp_path / "small").ingest(paths)
+    assert starts == []
+    starts = _watched_pool(monkeypatch, tmp_path / "large")
+    monkeypatch.setattr(store_module, "PARALLEL_MIN_BYTES", sizes[0] + sizes[1])
+    assert len(TraceStore(tmp_path / "large").ingest(paths).parsed) == 3
+    assert starts == [2]
+
+
+def test_a_folders_capture_sidecar_is_read_once_and_its_error_quarantines_each_of_its_traces(tmp_path, monkeypatch):
+    """capture_traces_for per folder is what it is per trace; a sidecar that cannot be read quarantines
+    every trace beside it with its reason, as reading it for each of them would."""
+    from ingest import graphs
+    from ingest.store import _sidecar_captures
+
+    a = _copy(tmp_path / "t", GRAPH)
+    b = _regzipped(a, a.with_name("again.json.gz"), mtime=1)
+    c = _copy(tmp_path / "t", EAGER)
+    read = []
+    real = graphs.capture_traces_for
+    monkeypatch.setattr(graphs, "capture_traces_for", lambda p: read.append(p) or real(p))
+    sidecars = {}
+    assert [_sidecar_captures(p, sidecars) for p in (a, b, c)] == [real(a), real(b), real(c)]
+    assert real(a) and read == [a, c]
+    (a.parent / "capture_traces" / "execution_details.json").write_text("{not json")
+    monkeypatch.setattr(graphs, "capture_traces_for", real)
+    store = TraceStore(tmp_path / "store")
+    report = store.ingest([a, b, c], jobs=1)
+    ta, tb = trace_id_of(a.read_bytes()), trace_id_of(b.read_bytes())
+    assert store.trace_ids() == [trace_id_of(c.read_bytes())] and sorted(report.parsed) == sorted([ta, tb, *store.trace_ids()])
+    assert store.quarantine_reason(ta) == store.quarantine_reason(tb) and "invalid JSON" in store.quarantine_reason(ta)
