@@ -419,6 +419,7 @@ class TraceStore:
             waiting: dict[str, tuple] = {}  # trace_id -> (task, capture files): captures the store lacks
             sizes: dict[str, int] = {}  # trace_id -> bytes of trace file, of every trace to parse
             sidecars: dict[str, list | TraceError] = {}  # a folder's capture traces (capture_traces_for)
+            to_parse = 0  # bytes of trace file in `sizes`
             for path, name, tid in zip(paths, names, hashes):
                 if isinstance(tid, TraceError):
                     report.unreadable.append({"path": name, "reason": tid.problem})
@@ -443,7 +444,9 @@ class TraceStore:
                 else:
                     waiting[tid] = (task, files)
                 sizes[tid] = file_size(path)
-                if pool is not None and len(sizes) > 1 and (jobs or self.default_jobs(sum(sizes.values()))) > 1:
+                to_parse += sizes[tid]
+                if (pool is not None and pool.executor is None and len(sizes) > 1
+                        and (jobs or self.default_jobs(to_parse)) > 1):
                     pool.start()
             return self._ingest_tasks(report, ready, waiting, sizes, jobs, pool, progress, cluster, meanwhile)
 
@@ -604,8 +607,9 @@ def _in_pool(first: list[tuple[str, tuple]], rest: Callable[[], tuple[list, list
     """The trace_ids of batches of `first` and of the pairs `rest()` returns, parsed on the `pool`'s
     processes: this process parses the capture traces (`rest`, which also names the trace_ids it
     settled) while the workers start on `first`, calls `meanwhile`, then hands out the rest of the
-    batches, longest first, as workers finish theirs. Batches are handed out a few at a time, not all at once, so that those
-    `rest` adds (the longest profiles may wait for a capture trace) go before the short ones left."""
+    batches, longest first, as workers finish theirs. Batches are handed out a few at a time, not all at
+    once, so that those `rest` adds (the longest profiles may wait for a capture trace) go before the short
+    ones left."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     queue = batches(first, sizes)

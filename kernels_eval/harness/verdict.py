@@ -37,8 +37,7 @@ class Verdict:
     pending: dict | None = None
 
     def __post_init__(self) -> None:
-        if self.stage not in STAGES:
-            raise ValueError(f"verdict stage {self.stage!r} is not one of {', '.join(STAGES)}")
+        _check_stage(self.stage)
 
     def update(self, **values: Any) -> Verdict:
         """Set several fields at once (an unknown name raises AttributeError); returns the verdict."""
@@ -48,9 +47,7 @@ class Verdict:
 
     def fail(self, stage: str, error: str) -> Verdict:
         """Stop at `stage` with `error`."""
-        if stage not in STAGES:
-            raise ValueError(f"verdict stage {stage!r} is not one of {', '.join(STAGES)}")
-        self.stage, self.error = stage, error
+        self.stage, self.error = _check_stage(stage), error
         return self
 
     def as_dict(self) -> dict:
@@ -58,6 +55,12 @@ class Verdict:
         out = asdict(self)
         del out["pending"]
         return out
+
+
+def _check_stage(stage: str) -> str:
+    if stage not in STAGES:
+        raise ValueError(f"verdict stage {stage!r} is not one of {', '.join(STAGES)}")
+    return stage
 
 
 FIELDS = frozenset(f.name for f in fields(Verdict))
