@@ -35,16 +35,26 @@ AUTOTUNE_WARMUP_MS = 5
 AUTOTUNE_REP_MS = 20
 
 
-def shorter_benchmarks(warmup_ms: float = AUTOTUNE_WARMUP_MS, rep_ms: float = AUTOTUNE_REP_MS) -> None:
+def shorter_benchmarks(warmup_ms: float = AUTOTUNE_WARMUP_MS, rep_ms: float = AUTOTUNE_REP_MS):
     """Make `warmup_ms` and `rep_ms` triton.testing.do_bench's defaults in this process (what Triton's autotuner
-    calls, through its driver's get_benchmarker). Called in a worker before its GUARDED functions are
-    snapshot, so the wrapper is the identity a candidate may not replace."""
+    calls, through its driver's get_benchmarker), run each benchmark with the profiler's CUDA collection paused
+    (`profiler_guard.records_paused`: its thousands of launches, L2 flushes among them, are not the call's
+    result), and count them: returns a function giving the number run so far, with which the timing loop
+    refuses timed calls that benchmark (a call that autotunes again is not the steady state timed, and work in
+    its benchmark would not be in the records). Called in a worker before its GUARDED functions are snapshot,
+    so the wrapper is the identity a candidate may not replace."""
     import triton.testing
 
+    from kernels_eval.harness.profiler_guard import records_paused
+
     plain = getattr(triton.testing.do_bench, "__wrapped__", triton.testing.do_bench)
+    count = [0]
 
     @functools.wraps(plain)
     def do_bench(fn, warmup=warmup_ms, rep=rep_ms, *args, **kwargs):
-        return plain(fn, warmup, rep, *args, **kwargs)
+        count[0] += 1
+        with records_paused():
+            return plain(fn, warmup, rep, *args, **kwargs)
 
     triton.testing.do_bench = do_bench
+    return lambda: count[0]

@@ -296,7 +296,10 @@ class OperatorJudge:
                 if not reply.get("ok"):
                     return self._fail(v, "compile", f"import/constructor failed: {reply.get('error')}")
                 for k in range(self.config.sets):
-                    reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True)
+                    # a shape's first call compiles and autotunes: the worker makes one untimed call before it,
+                    # with no profiler (Worker._untimed_call)
+                    reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True,
+                                                             **({"tune": True} if gpu and k == 0 else {}))
                     if not reply.get("ok"):
                         stage = "compile" if index == 0 and k == 0 else "correctness"
                         return self._fail(v, stage, f"call failed: {reply.get('error')}")
@@ -374,6 +377,17 @@ class OperatorJudge:
                                    "sample_bytes": int(self.config.sample_gb * 2**30)})
             if not timed.get("ok"):
                 return self._fail(v, "performance", f"timing failed: {timed.get('error')}")
+            tamper = self._observe(timed)
+            if tamper:
+                return self._fail(v, "performance", f"timing failed: TamperError: {tamper}")
+            if self.observed:  # a thread's launch or a host-side escape during the timed calls
+                v.native = False
+                return self._fail(v, "adoption", "timed calls: host-side compute or threads beside the submission's "
+                                                 f"kernels ({'; '.join(self.observed[:3])})")
+            if timed.get("benchmarked"):
+                return self._fail(v, "performance", f"timing refused: Triton's autotuner benchmarked "
+                                                    f"{timed['benchmarked']} times during the timed calls, after "
+                                                    "the first (a benchmark runs outside the profiler's records)")
             began = time.monotonic()
             try:
                 windows, outside, pairs = spans.attribute(timed["records"], int(timed["marked"]))

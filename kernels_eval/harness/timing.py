@@ -26,6 +26,7 @@ class TimedCalls(list):
 
     marked: int = 0
     first_s: float = 0.0  # host seconds of the first call and its synchronize (compiling and autotuning included)
+    benchmarked: int = 0  # autotuning benchmarks run after the untimed first calls (`benchmarks`)
 
 
 class FlushMarkers:
@@ -92,7 +93,7 @@ def shield_cycles(call, next_inputs, calls: int = 5) -> int:
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
                max_calls: int = 200, budget_s: float = 0.5, flush=None, markers=None, after_call=None,
                warmup_s: float = 0.05, settle_tolerance: float = 0.02, settle_blocks: int = 10, retries: int = 2,
-               slow_call_s: float = 0.02) -> TimedCalls:
+               slow_call_s: float = 0.02, benchmarks=None) -> TimedCalls:
     """CUDA-event seconds per call of `call(**inputs)` over the reported run, cycling through `input_sets`;
     `refresh()` (optional) returns a new list of sets with fresh contents whenever every set has been used
     once (it may reuse the list), so with it every call runs on a set no earlier call has touched.
@@ -114,8 +115,12 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
     such calls. Two, because a first call compiles, loads compiled kernels or autotunes (seen on H200: in a
     fresh worker every first call took longer than `slow_call_s`, and 316 of 436 problems, µs kernels among
     them, were timed as slow calls, with no shield or settling: CUDA events read 47-390 µs for 2-100 µs of
-    kernels, and a split-KV decode's span held the host's launch gaps between its kernels). So is a call whose fresh input sets cost more than `slow_call_s` per call to draw (seen after
-    the warm-up calls): `min_calls` calls, after the warm-up.
+    kernels, and a split-KV decode's span held the host's launch gaps between its kernels). So is a call whose
+    fresh input sets cost more than `slow_call_s` per call to draw (seen after the warm-up calls): `min_calls`
+    calls, after the warm-up.
+
+    `benchmarks()` (optional) counts the autotuning benchmarks run so far (harness/autotune_cache.py): the result's
+    `benchmarked` is how many ran after the untimed first calls, whose work the profiler did not record.
     """
     import torch
 
@@ -161,9 +166,16 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
         call(**next_inputs())
         torch.cuda.synchronize()
         call_s = time.perf_counter() - began
-    if call_s > slow_call_s:
-        result.extend(timed(int(min(max_calls, max(min_calls, budget_s / call_s)))))
+    counted = benchmarks() if benchmarks is not None else 0
+
+    def done(times: list[float]) -> TimedCalls:
+        result.extend(times)
+        if benchmarks is not None:
+            result.benchmarked = benchmarks() - counted
         return result
+
+    if call_s > slow_call_s:
+        return done(timed(int(min(max_calls, max(min_calls, budget_s / call_s)))))
     for _ in range(1, warmup):
         call(**next_inputs())
     torch.cuda.synchronize()
@@ -171,8 +183,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
         # drawing fresh sets costs more per call than a slow call (a MoE problem's 11 GB of weights, two sets
         # at a time: ~0.7 s per draw on H200, so settling and calibration took 15 s of redrawn inputs): the
         # draws keep the GPU busy between calls, as a slow call does; timed as one
-        result.extend(timed(min_calls))
-        return result
+        return done(timed(min_calls))
     state["shield"] = shield_cycles(call, next_inputs)
     began = time.perf_counter()
     while time.perf_counter() - began < warmup_s:
@@ -199,8 +210,7 @@ def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, m
         first, second = statistics.median(times[:half]), statistics.median(times[half:])
         if abs(first - second) <= 0.03 * statistics.median(times) or time.perf_counter() - measured > budget_s:
             break
-    result.extend(times)
-    return result
+    return done(times)
 
 
 def gpu_profiler():

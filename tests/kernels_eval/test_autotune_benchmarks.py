@@ -51,3 +51,46 @@ def test_the_run_setting_reaches_the_worker_before_its_guard_is_snapshot(monkeyp
     source = inspect.getsource(worker.Worker.init)
     assert "triton.testing.do_bench" in worker.GUARDED
     assert source.index("shorter_benchmarks(") < source.index("self.guard = snapshot()")
+
+
+def test_benchmarks_are_counted_and_run_with_the_profilers_collection_paused(monkeypatch):
+    import torch
+    import triton.testing
+
+    from kernels_eval.harness import profiler_guard
+
+    toggles = []
+    monkeypatch.setitem(profiler_guard._ORIGINAL, "_toggle_collection_dynamic",
+                        lambda enable, activities: toggles.append((enable, sorted(map(str, activities)))))
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup=25, rep=100, **kw: fn() or 1.0)
+    count = autotune_cache.shorter_benchmarks(5, 20)
+    assert count() == 0
+    triton.testing.do_bench(lambda: None)  # no profiler collects: nothing to pause
+    assert count() == 1 and toggles == []
+    monkeypatch.setattr(torch.autograd, "_profiler_enabled", lambda: True)
+    inside = []
+    triton.testing.do_bench(lambda: inside.append(list(toggles)))
+    cuda = [str(torch.profiler.ProfilerActivity.CUDA)]
+    assert inside == [[(False, cuda)]]  # the benchmark ran while the collection was paused
+    assert toggles == [(False, cuda), (True, cuda)] and count() == 2
+
+
+def test_on_a_gpu_only_each_shapes_first_judged_call_asks_for_the_untimed_call_before_it(tmp_path):
+    sent = []
+
+    class Worker:
+        ready, warming = True, None
+
+        def request(self, message, timeout_s):
+            sent.append(message)
+            return {"ok": False, "error": "stop here"} if message["cmd"] == "call" and len(sent) > 4 else \
+                {"ok": True, "jit_functions": []} if message["cmd"] == "init" else {"ok": False, "error": "stop"}
+
+    for device, expected in (("cuda", True), ("cpu", None)):
+        sent.clear()
+        config = runner.EvalConfig(device=device, hardware="cpu", sandbox=False)
+        judge = runner.OperatorJudge("rms_norm", tmp_path / "rms_norm.py", config, tmp_path, Worker())
+        judge.reference = type("Ref", (), {"Model": lambda **kw: type("M", (), {"to": lambda self, d: self})()})
+        judge.evaluate_shapes([({}, {"token_count": 4, "hidden_size": 64})])
+        calls = [m for m in sent if m["cmd"] == "call"]
+        assert calls and calls[0].get("tune") is expected, device

@@ -69,12 +69,15 @@ class Device:
             def warm(self):
                 device.run("fill", 60_000)
 
+        self.profiling = False
+
         class Profiler:
             def __enter__(self):
-                device.events = []
+                device.events, device.profiling = [], True
                 return self
 
             def __exit__(self, *exc):
+                device.profiling = False
                 self.profiler = types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: device.events))
 
         self.Record = Record
@@ -164,3 +167,68 @@ def test_call_gpu_runs_without_a_dispatch_mode_and_ships_its_kernel_records(monk
     reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3, "digest_key": 7})
     assert seen == [None] and reply["aten_ops"] == {}
     assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
+
+
+def test_a_profiler_call_is_reported_in_every_call_and_timing_that_makes_it(monkeypatch, tmp_path):
+    from kernels_eval.harness import profiler_guard
+
+    held = {attr: getattr(m, attr) for m in (torch._C._autograd, torch.autograd, torch.autograd.profiler)
+            for attr in ("_toggle_collection_dynamic",)}
+    device = Device(monkeypatch)
+    w = make_worker(device, tmp_path)
+    w.profiler_guard = profiler_guard.Guard(lambda detail: w.channel.send("tamper", detail))
+    try:
+        w.profiler_guard.install()
+        cpu = {torch.profiler.ProfilerActivity.CPU}
+        w.model.register_forward_pre_hook(lambda *a: torch.autograd.profiler._toggle_collection_dynamic(True, cpu))
+        for seed in (3, 4):  # the same record in a second call of the same worker is reported again
+            before = len(w.channel.records)
+            w.call_gpu({"input_kwargs": SHAPE, "seed": seed, "digest_key": 7})
+            assert [r for r in w.channel.records[before:] if r.startswith("tamper\t")], seed
+        before = len(w.channel.records)
+        w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+        assert any("torch's profiler" in r for r in w.channel.records[before:])
+    finally:
+        for attr, value in held.items():
+            for m in (torch._C._autograd, torch.autograd, torch.autograd.profiler):
+                setattr(m, attr, profiler_guard._ORIGINAL[attr])
+
+
+def test_time_makes_one_untimed_call_without_the_profiler_before_drawing_the_timed_sets(monkeypatch, tmp_path):
+    device = Device(monkeypatch)
+    w = make_worker(device, tmp_path)
+    drawn, calls = [], []
+    w._make_inputs = lambda input_kwargs, seed: drawn.append(seed) or inputs(seed)
+    w.model.register_forward_pre_hook(lambda *a: calls.append((device.profiling, len(drawn))))
+    reply = w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+    assert calls[0] == (False, 1) and all(profiled for profiled, _ in calls[1:])  # tuned first, unrecorded
+    assert 5 + 1 in drawn[1:] and drawn[0] not in drawn[1:]  # its inputs are its own; the sets come after
+    assert reply["took_s"]["time_tune"] > 0 and len(calls) > 2
+    windows, _, pairs = spans.attribute(reply["records"], reply["marked"])
+    assert set(spans.call_spans(windows, pairs)) == {4_000}
+
+
+def test_a_thread_left_by_the_untimed_call_fails_the_timing(monkeypatch, tmp_path):
+    import threading
+
+    device = Device(monkeypatch)
+    w = make_worker(device, tmp_path)
+    stop = threading.Event()
+    w.model.register_forward_pre_hook(lambda *a: threading.Thread(target=stop.wait, daemon=True).start())
+    try:
+        with pytest.raises(RuntimeError, match="thread"):
+            w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+    finally:
+        stop.set()
+
+
+def test_a_shapes_first_judged_call_is_preceded_by_an_untimed_one_without_the_profiler(monkeypatch, tmp_path):
+    device = Device(monkeypatch)
+    w = make_worker(device, tmp_path)
+    calls = []
+    w.model.register_forward_pre_hook(lambda *a: calls.append(device.profiling))
+    reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3, "digest_key": 7, "tune": True})
+    assert calls == [False, True] and reply["took_s"]["tune"] > 0
+    assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
+    w.call_gpu({"input_kwargs": SHAPE, "seed": 4, "digest_key": 7})
+    assert calls == [False, True, True]  # later calls: the judged one alone
