@@ -828,6 +828,12 @@ def _row_device(config: EvalConfig) -> int | None:
     return 0 if config.device == "cuda" else None
 
 
+# Units whose workers a lane starts (and warms) ahead of the one it judges. Seen on H200 with one ahead: judges
+# waited 90 s in all (`warm_wait`, over a third of the catalogue's 103 problems) for workers whose start, CUDA
+# context and first profiler start take ~12 s, longer than a small operator's checks.
+LANE_AHEAD = 2
+
+
 def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,
                emit, lane: int | None = None, pending: list | None = None, retry: list | None = None) -> None:
     """Judge the operators of one lane of a device in order, each problem's row to `emit` as it is judged; with
@@ -850,8 +856,8 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
     sub = workdir / f"lane-{lane}" if lane is not None else workdir
     sub.mkdir(parents=True, exist_ok=True)
     spares: dict[str, WorkerProcess] = {}  # unit -> its worker, started ahead
-    # Each unit's worker is started while the previous unit is judged (`_prestart`). A unit is an operator, or
-    # one part of an operator split over lanes (`_split_units`), with a scratch directory of its own.
+    # Each unit's worker is started while one of the LANE_AHEAD units before it is judged (`_prestart`). A unit is
+    # an operator, or one part of an operator split over lanes (`_split_units`), with a scratch directory of its own.
     judged = [u for u in shard if files.get(_unit_op(u)) is not None and registry.is_benchmarkable(_unit_op(u))]
 
     def scratch(unit: str) -> Path:
@@ -874,13 +880,15 @@ def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, c
             emit(p, verdict, index, announce=True)
 
     try:
-        prestart(judged[0] if judged else None)
+        for ahead in judged[:LANE_AHEAD]:
+            prestart(ahead)
         for unit in shard:
             op = _unit_op(unit)
             plist, file = by_op[unit], files.get(op)
             if unit in judged:
                 following = judged.index(unit) + 1
-                prestart(judged[following] if following < len(judged) else None)
+                for ahead in judged[following:following + LANE_AHEAD]:  # no-op for those started already
+                    prestart(ahead)
             if file is None:
                 miss = Verdict(error=f"the submission has no {op}.py")
                 verdicts = {p.problem_id: miss for p in plist}

@@ -372,3 +372,36 @@ def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_
     started_before = {op: [o for kind, o in events[:events.index(("timed", op))] if kind == "started"] for op in ops}
     assert started_before["op2"] == ops  # by op2's timing every worker is starting or done
     assert not any(kind == "closed" for kind, _ in events)  # every worker started was taken by its judge
+
+
+def test_a_lane_starts_workers_a_few_units_ahead(monkeypatch, tmp_path):
+    """While a lane judges one unit, the workers of its next LANE_AHEAD units are starting (each start took
+    ~12 s on H200, longer than checking a small operator)."""
+    events: list[tuple[str, str]] = []
+
+    def prestart(spares, config, workdir, op, file, key=None):
+        if (key or op) not in spares:
+            spares[key or op] = object()
+            events.append(("started", key or op))
+
+    def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
+        assert worker is not None  # each unit's judge takes the worker started for it
+        events.append(("judged", op))
+        return {p.problem_id: Verdict(stage="done") for p in plist}
+
+    monkeypatch.setattr(runner, "_prestart", prestart)
+    monkeypatch.setattr(runner, "_judge_operator", judge)
+    monkeypatch.setattr(runner.registry, "is_benchmarkable", lambda op: True)
+    ops = ["rms_norm", "layer_norm", "silu_and_mul", "l2_norm", "gated_rms_norm"]
+    by_op = {op: [runner.Problem({"problem_id": f"{op}-0", "operator": op, "init_kwargs": "{}",
+                                  "input_kwargs": "{}"})] for op in ops}
+    rows = []
+    config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
+    runner._run_shard(ops, by_op, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
+                      lambda p, v, index, announce=False: rows.append(p.problem_id))
+    assert len(rows) == len(ops)
+    first = events.index(("judged", ops[0]))
+    assert [op for _, op in events[:first]] == ops[:1 + runner.LANE_AHEAD]
+    for k, op in enumerate(ops):  # by a unit's judging, the next LANE_AHEAD units' workers are starting
+        started = [o for kind, o in events[:events.index(("judged", op))] if kind == "started"]
+        assert started == ops[:min(len(ops), k + 1 + runner.LANE_AHEAD)]
