@@ -1,14 +1,19 @@
-"""Does a Triton compile cache written by one process serve the next? (issue 17: a cold full evaluation spent
-most of its timing phase compiling again what its checks had compiled.) GPU only; the machine's stock python3.
+"""Does a Triton compile cache written by one process serve the next, and where does a cold shape's first call
+go? (issue 17: a cold full evaluation's timing phase spent most of its time in first calls, which looked like
+compiling again what the checks had compiled; it was autotuning under the profiler, with every kernel cached:
+benchmarks/results/kernel_span_H200/first_call/README.md.) GPU only; the machine's stock python3.
 
-    python3 benchmarks/triton_cache_probe.py --release out/atrex-release --problems ID[,ID...] [--eval]
+    python3 benchmarks/triton_cache_probe.py --release out/atrex-release --problems ID[,ID...] [--eval [--runs N]]
+        [--no-raw]
 
 For the first problem, fresh processes call the Triton reference's Model once, then again, on one cache
 directory (the first with the lanes' cache manager, which keeps no autotuning; the second with Triton's own),
 then twice more on a second directory with the evaluator's profiler active, as the evaluator's calls are: each
 line says the first call's seconds and how many files it added to the cache. With --eval, the evaluator itself
-judges the problems twice in two lanes on one persistent cache (so the timing phase's workers follow the
-checks' ones), each problem's first check and first timed call printed.
+judges the problems `--runs` times (2) in two lanes on one persistent cache (so the timing phase's workers
+follow the checks' ones), each problem's first check and first timed call printed, and after the first run
+every compiled kernel of the cache with its configuration and specialisation. `--no-raw` skips the fresh
+processes.
 """
 
 from __future__ import annotations
