@@ -467,21 +467,23 @@ class Worker:
     # ---- helpers ---------------------------------------------------------------------------------------
 
     def _untimed_call(self, input_kwargs: dict, seed: int) -> float:
-        """One call before a timing (and before a shape's first judged call), with no profiler, on inputs of its own seed (drawn and freed before the timed
-        sets exist), its output dropped; its seconds. A cold shape compiles, loads and autotunes its kernels
-        here: seen on H200, a shape whose kernels were all compiled and cached took 11-13 s in its first call
-        under the profiler (9 and 15 autotuning configurations) and 1.1-1.6 s once tuned, and a plain process
-        1.6 s to tune it with no profiler against 7.2 s under one. Nothing it could learn helps a later call:
-        the judged and timed inputs are drawn afterwards on the parent's seeds, threads are checked around it as around a
-        judged call, and the profiler guard watches it."""
+        """One call before a timing (and before a shape's first judged call), with no profiler, on inputs of its
+        own seed (drawn and freed before the judged or timed inputs exist), its output dropped; its seconds. A
+        cold shape compiles, loads and autotunes its kernels here: seen on H200, a shape whose kernels were all
+        compiled and cached took 11-13 s in its first call under the profiler (9 and 15 autotuning
+        configurations) and 1.1-1.6 s once tuned, and a plain process 1.6 s to tune it with no profiler against
+        7.2 s under one. Nothing it could learn helps a later call: the judged and timed inputs are drawn
+        afterwards on the parent's seeds, threads are checked around it as around a judged call, and the
+        profiler guard watches it."""
         torch = self.torch
         began = time.perf_counter()
         inputs = self._make_inputs(input_kwargs, seed)
         threads_before = self._threads_at_start()
-        with torch.no_grad(), self.profiler_guard.candidate_call() if self.profiler_guard else contextlib.nullcontext():
+        watched = self.profiler_guard.candidate_call() if self.profiler_guard else contextlib.nullcontext()
+        with torch.no_grad(), watched:
             out = self.model(**inputs)
         torch.cuda.synchronize()
-        self._check_tamper("the untimed call before timing")
+        self._check_tamper("the untimed call that tunes the shape")
         self._threads_at_end(threads_before)
         del out, inputs
         return time.perf_counter() - began
