@@ -8,15 +8,15 @@ the parent judges them. Usage (by the parent only): python -m kernels_eval.harne
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
+import secrets
 import sys
 import threading
 import time
 import traceback
 
-from kernels_eval.harness import channel, observe
+from kernels_eval.harness import channel, observe, profiler_guard
 from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
 
 # Functions a candidate could patch to fake a comparison, a timing or an audit. Their identities are
@@ -47,9 +47,7 @@ GUARDED = (
     "_thread.start_new_thread", "threading._start_new_thread", "torch._C._len_torch_dispatch_stack",
     "torch._C._get_dispatch_stack_at",
     # the profiler's entry points, replaced by the profiler guard's wrappers (harness/profiler_guard.py)
-    *(f"{module}.{name}" for module in ("torch._C._autograd", "torch.autograd", "torch.autograd.profiler")
-      for name in ("_toggle_collection_dynamic", "_disable_profiler", "_enable_profiler", "_prepare_profiler",
-                   "_kineto_step")),
+    *(f"{module}.{name}" for module in profiler_guard.HOLDERS for name in profiler_guard.ENTRY_POINTS),
 )
 TRITON_BENCH_MS = (25.0, 100.0)  # triton.testing.do_bench's own warm-up and repetitions, where none are given
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
@@ -235,8 +233,6 @@ class Worker:
             self.log = LaunchLog(msg["file"], self.observer)
             self.log.install()
             if self.device == "cuda":
-                from kernels_eval.harness import profiler_guard
-
                 self.profiler_guard = profiler_guard.Guard(lambda detail: self.observer.channel.send("tamper", detail))
                 self.profiler_guard.install()
             self.observer.boundary = {w.__code__ for w in self.log.wrappers} | {Worker.call.__code__}
@@ -330,9 +326,7 @@ class Worker:
         torch.cuda.ipc_collect()
         took = {}
         if msg.get("tune"):  # a shape's first judged call: its compiling and autotuning happen unrecorded first
-            import secrets
-
-            took["tune"] = self._untimed_call(msg["input_kwargs"], secrets.randbits(62))
+            took["tune"] = self._untimed_call(msg["input_kwargs"])
             began = time.perf_counter()
         inputs = self._make_inputs(msg["input_kwargs"], msg["seed"])
         torch.cuda.synchronize()
@@ -344,8 +338,7 @@ class Worker:
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
         try:
             with torch.no_grad(), gpu_profiler() as prof:
-                with self.profiler_guard.candidate_call() if self.profiler_guard else contextlib.nullcontext():
-                    out = self.model(**inputs)
+                out = self._watched_model()(**inputs)
                 torch.cuda.synchronize()
         finally:
             self.log.active, self.log.ghost = False, False
@@ -371,18 +364,15 @@ class Worker:
         with the seed of the set each ran on. Which calls are kept is decided after each call returns, with
         fresh OS randomness (reservoir sampling: every marked call equally likely), so nothing the candidate can
         read beforehand predicts it; kept outputs are cloned after the call's end marker, outside its span."""
-        import secrets
-
         torch = self.torch
         from kernels_eval.harness import markers as marker_kernels
         from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
 
-        setup0 = time.perf_counter()
         self.kept, self.inputs = [], None
         self.channel.sent = set()
         torch.cuda.ipc_collect()
-        tune_s = self._untimed_call(msg["input_kwargs"], secrets.randbits(62)) if msg.get("tune", True) else 0.0
-        setup0 += tune_s  # time_setup stays the timing's own
+        tune_s = self._untimed_call(msg["input_kwargs"]) if msg.get("tune", True) else 0.0
+        setup0 = time.perf_counter()
         counter = [int(msg["seed"])]
         seeds: dict[int, int] = {}  # id(input set) -> its seed, for the sets alive in `sets`
 
@@ -435,7 +425,7 @@ class Worker:
         self.log.active = True
         try:
             with torch.no_grad(), gpu_profiler() as prof:
-                times = time_calls(self._guarded_model(), sets, refresh=fresh_sets, markers=markers, after_call=keep,
+                times = time_calls(self._watched_model(), sets, refresh=fresh_sets, markers=markers, after_call=keep,
                                    benchmarks=self.benchmarks,
                                    warmup=int(msg.get("warmup", 3)), min_calls=int(msg.get("min_calls", 10)),
                                    max_calls=int(msg.get("max_calls", 200)), budget_s=float(msg.get("budget_s", 0.5)),
@@ -466,42 +456,30 @@ class Worker:
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
-    def _untimed_call(self, input_kwargs: dict, seed: int) -> float:
-        """One call before a timing (and before a shape's first judged call), with no profiler, on inputs of its
-        own seed (drawn and freed before the judged or timed inputs exist), its output dropped; its seconds. A
-        cold shape compiles, loads and autotunes its kernels here: seen on H200, a shape whose kernels were all
-        compiled and cached took 11-13 s in its first call under the profiler (9 and 15 autotuning
-        configurations) and 1.1-1.6 s once tuned, and a plain process 1.6 s to tune it with no profiler against
-        7.2 s under one. Nothing it could learn helps a later call: the judged and timed inputs are drawn
-        afterwards on the parent's seeds, threads are checked around it as around a judged call, and the
-        profiler guard watches it."""
+    def _untimed_call(self, input_kwargs: dict) -> float:
+        """One call before a timing (and before a shape's first judged call), with no profiler, on inputs of a
+        fresh seed of its own (drawn and freed before the judged or timed inputs exist), its output dropped; its
+        seconds. A cold shape compiles, loads and autotunes its kernels here: seen on H200, a shape whose
+        kernels were all compiled and cached took 11-13 s in its first call under the profiler (9 and 15
+        autotuning configurations) and 1.1-1.6 s once tuned, and a plain process 1.6 s to tune it with no
+        profiler against 7.2 s under one. Nothing it could learn helps a later call: the judged and timed
+        inputs are drawn afterwards on the parent's seeds, threads are checked around it as around a judged
+        call, and the profiler guard watches it."""
         torch = self.torch
         began = time.perf_counter()
-        inputs = self._make_inputs(input_kwargs, seed)
+        inputs = self._make_inputs(input_kwargs, secrets.randbits(62))
         threads_before = self._threads_at_start()
-        watched = self.profiler_guard.candidate_call() if self.profiler_guard else contextlib.nullcontext()
-        with torch.no_grad(), watched:
-            out = self.model(**inputs)
+        with torch.no_grad():
+            out = self._watched_model()(**inputs)
         torch.cuda.synchronize()
         self._check_tamper("the untimed call that tunes the shape")
         self._threads_at_end(threads_before)
         del out, inputs
         return time.perf_counter() - began
 
-    def _guarded_model(self):
-        """The model's call with the profiler guard marking it (profiler calls inside it are tamper)."""
-        model, guard = self.model, self.profiler_guard
-        if guard is None:
-            return model
-
-        def call(**inputs):
-            guard.during = True
-            try:
-                return model(**inputs)
-            finally:
-                guard.during = False
-
-        return call
+    def _watched_model(self):
+        """The model's call, watched by the profiler guard where one is installed (GPU workers)."""
+        return self.profiler_guard.watched(self.model) if self.profiler_guard else self.model
 
     def _make_inputs(self, input_kwargs: dict, seed: int) -> dict:
         torch = self.torch

@@ -169,29 +169,23 @@ def test_call_gpu_runs_without_a_dispatch_mode_and_ships_its_kernel_records(monk
     assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
 
 
-def test_a_profiler_call_is_reported_in_every_call_and_timing_that_makes_it(monkeypatch, tmp_path):
+def test_a_profiler_call_is_reported_in_every_call_and_timing_that_makes_it(monkeypatch, tmp_path,
+                                                                          restore_entry_points):
     from kernels_eval.harness import profiler_guard
 
-    held = {attr: getattr(m, attr) for m in (torch._C._autograd, torch.autograd, torch.autograd.profiler)
-            for attr in ("_toggle_collection_dynamic",)}
     device = Device(monkeypatch)
     w = make_worker(device, tmp_path)
     w.profiler_guard = profiler_guard.Guard(lambda detail: w.channel.send("tamper", detail))
-    try:
-        w.profiler_guard.install()
-        cpu = {torch.profiler.ProfilerActivity.CPU}
-        w.model.register_forward_pre_hook(lambda *a: torch.autograd.profiler._toggle_collection_dynamic(True, cpu))
-        for seed in (3, 4):  # the same record in a second call of the same worker is reported again
-            before = len(w.channel.records)
-            w.call_gpu({"input_kwargs": SHAPE, "seed": seed, "digest_key": 7})
-            assert [r for r in w.channel.records[before:] if r.startswith("tamper\t")], seed
+    w.profiler_guard.install()
+    cpu = {torch.profiler.ProfilerActivity.CPU}
+    w.model.register_forward_pre_hook(lambda *a: torch.autograd.profiler._toggle_collection_dynamic(True, cpu))
+    for seed in (3, 4):  # the same record in a second call of the same worker is reported again
         before = len(w.channel.records)
-        w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
-        assert any("torch's profiler" in r for r in w.channel.records[before:])
-    finally:
-        for attr, value in held.items():
-            for m in (torch._C._autograd, torch.autograd, torch.autograd.profiler):
-                setattr(m, attr, profiler_guard._ORIGINAL[attr])
+        w.call_gpu({"input_kwargs": SHAPE, "seed": seed, "digest_key": 7})
+        assert [r for r in w.channel.records[before:] if r.startswith("tamper\t")], seed
+    before = len(w.channel.records)
+    w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+    assert any("torch's profiler" in r for r in w.channel.records[before:])
 
 
 def test_time_makes_one_untimed_call_without_the_profiler_before_drawing_the_timed_sets(monkeypatch, tmp_path):
