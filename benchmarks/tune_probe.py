@@ -1,0 +1,125 @@
+"""Why a shape whose kernels are all compiled still takes seconds to autotune inside the evaluator (issue 17):
+one fresh process per variant, all on one Triton cache that the first process fills, none keeping autotuning
+(TRITON_CACHE_AUTOTUNING=0, so each one benchmarks every configuration again). Each line: the process's
+first call of the Triton reference's Model on the problem, and for the teardown variant what the next
+profile's start and stop cost. GPU only; the machine's stock python3.
+
+    python3 benchmarks/tune_probe.py --release out/atrex-release --problem ID [--json OUT]
+
+Variants: `plain` (no profiler in the process, Triton's 25 + 100 ms benchmarks), `short` (the evaluator's
+5 + 20 ms benchmarks, harness/autotune_cache.shorter_benchmarks), `after_profile` (short, after one profile
+started and stopped, as a prestarted worker is: CUPTI attached to the process), `after_profile_teardown`
+(the same with TEARDOWN_CUPTI=1: Kineto finalizes CUPTI when a profile stops), `under_profile` (short, the
+call inside a profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = {
+    "compile": {},
+    "plain": {},
+    "short": {},
+    "after_profile": {},
+    "after_profile_teardown": {"TEARDOWN_CUPTI": "1"},
+    "under_profile": {},
+}
+
+
+def child(variant: str, row: dict) -> dict:
+    import importlib.util
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from kernels_eval.harness.timing import gpu_profiler
+    from kernels_eval.registry import load_reference
+
+    if variant not in ("compile", "plain"):
+        from kernels_eval.harness.autotune_cache import shorter_benchmarks
+
+        shorter_benchmarks(5.0, 20.0)
+    torch.cuda.init()
+    began = time.perf_counter()
+    if variant.startswith("after_profile"):
+        with gpu_profiler():
+            torch.cuda.synchronize()
+    first_profile_s = time.perf_counter() - began
+    file = ROOT / "examples" / "submissions" / "triton_reference" / f"{row['operator']}.py"
+    spec = importlib.util.spec_from_file_location("probe_candidate", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.Model(**json.loads(row["init_kwargs"]))
+    if isinstance(model, torch.nn.Module):
+        model = model.cuda()
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1)
+    inputs = load_reference(row["operator"]).make_inputs(**json.loads(row["input_kwargs"]), device="cuda",
+                                                         generator=g)
+    torch.cuda.synchronize()
+    calls = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            if variant == "under_profile":
+                with gpu_profiler():
+                    model(**inputs)
+                    torch.cuda.synchronize()
+            else:
+                model(**inputs)
+                torch.cuda.synchronize()
+        calls.append(round(time.perf_counter() - t0, 3))
+    out = {"first_profile_s": round(first_profile_s, 3), "calls_s": calls}
+    if variant.startswith("after_profile"):  # what the next profile costs once CUPTI was (or was not) torn down
+        t0 = time.perf_counter()
+        with gpu_profiler():
+            model(**inputs)
+            torch.cuda.synchronize()
+        out["next_profiled_call_s"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--release", default="out/atrex-release")
+    ap.add_argument("--problem", required=True)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--child", default="")
+    ap.add_argument("--row", default="")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, json.loads(args.row))))
+        return
+    sys.path.insert(0, str(ROOT))
+    from kernels_eval.harness.release_view import read_release_view
+
+    rows = {p["problem_id"]: p for p in read_release_view(args.release).problems}
+    row = {k: rows[args.problem][k] for k in ("problem_id", "operator", "init_kwargs", "input_kwargs")}
+    results = {"problem": row["problem_id"], "operator": row["operator"], "variants": {}}
+    with tempfile.TemporaryDirectory() as cache:
+        for variant, extra in VARIANTS.items():
+            env = {**os.environ, "TRITON_CACHE_DIR": cache, "TRITON_CACHE_AUTOTUNING": "0",
+                   "PYTHONPATH": str(ROOT), **extra}
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, __file__, "--child", variant, "--row", json.dumps(row)],
+                                  env=env, capture_output=True, text=True, timeout=240)
+            wall = round(time.perf_counter() - t0, 2)
+            got = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                   else {"error": done.stderr.strip().splitlines()[-3:]})
+            results["variants"][variant] = {**got, "process_s": wall}
+            print(f"{row['operator']} {variant:<24} {json.dumps(got)} process {wall} s", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
