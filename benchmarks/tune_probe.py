@@ -8,7 +8,8 @@ profile's start and stop cost. GPU only; the machine's stock python3.
 
 Variants: `plain` (no profiler in the process, Triton's 25 + 100 ms benchmarks), `short` (the evaluator's
 5 + 20 ms benchmarks, harness/autotune_cache.shorter_benchmarks), `after_profile` (short, after one profile
-started and stopped, as a prestarted worker is: CUPTI attached to the process), `after_profile_teardown`
+started and stopped, as a prestarted worker is: CUPTI attached to the process), `after_profile_tiny` (the
+same with benchmarks of 0.1 + 0.5 ms: what is left is loading and launching), `after_profile_teardown`
 (the same with TEARDOWN_CUPTI=1: Kineto finalizes CUPTI when a profile stops), `under_profile` (short, the
 call inside a profile).
 """
@@ -30,6 +31,7 @@ VARIANTS = {
     "plain": {},
     "short": {},
     "after_profile": {},
+    "after_profile_tiny": {},
     "after_profile_teardown": {"TEARDOWN_CUPTI": "1"},
     "under_profile": {},
 }
@@ -47,7 +49,7 @@ def child(variant: str, row: dict) -> dict:
     if variant not in ("compile", "plain"):
         from kernels_eval.harness.autotune_cache import shorter_benchmarks
 
-        shorter_benchmarks(5.0, 20.0)
+        shorter_benchmarks(*((0.1, 0.5) if variant.endswith("tiny") else (5.0, 20.0)))
     torch.cuda.init()
     began = time.perf_counter()
     if variant.startswith("after_profile"):
