@@ -136,6 +136,14 @@ class LaunchLog:
         return [{"name": n, "file": f, "owned": o, "count": c} for (n, f, o), c in sorted(counts.items())]
 
 
+def _cupti_teardown(msg: dict) -> None:
+    """With the run's `cupti_teardown`, Kineto finalizes CUPTI as each profile stops: it reads TEARDOWN_CUPTI from
+    this process's environment then (torch's profiler sets it to 0 itself only for CUDA graphs before CUDA 12.6).
+    Set before the worker's first profile; a candidate that changed it would change only how fast it is judged."""
+    if msg.get("cupti_teardown"):
+        os.environ["TEARDOWN_CUPTI"] = "1"
+
+
 class Worker:
     """State of one worker: the candidate module, the current Model, the reference's make_inputs."""
 
@@ -171,9 +179,11 @@ class Worker:
         if msg.get("device") == "cuda" and torch.cuda.is_available():
             from kernels_eval.harness.timing import gpu_profiler
 
+            _cupti_teardown(msg)
             torch.cuda.init()
-            with gpu_profiler():
-                torch.cuda.synchronize()
+            if msg.get("profile", True):
+                with gpu_profiler():
+                    torch.cuda.synchronize()
             if msg.get("markers_cache"):  # ~0.8 s of loading the evaluator's markers, off the first command too
                 import kernels_eval.harness.markers
 
@@ -195,6 +205,8 @@ class Worker:
         self.outputs = tuple(msg["outputs"])
         took: dict[str, float] = {}
         began = time.perf_counter()
+        if self.device == "cuda":
+            _cupti_teardown(msg)
         if self.module is None:
             from kernels_eval.registry import load_reference
 
