@@ -8,8 +8,9 @@ from operator import and_, attrgetter, is_
 import msgspec
 import polars as pl
 
+from ingest.columns import repeated
 from ingest.kineto import KinetoTrace, TraceError
-from ingest.kineto_json import NULL_JSON
+from ingest.kineto_json import IS_OP, NULL_JSON
 from ingest.schema import KERNEL_EVENT_COLUMNS
 
 GRAPH_LAUNCH_NAMES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
@@ -96,20 +97,25 @@ class Chains:
         member = used.search_sorted(found["range"])  # each pair's range as an index into used
         used_rows = used.to_list()
         args = trace.op_args(used_rows)
+        events = list(map(trace.ranges.events.__getitem__, used_rows))
         dims, types = list(map(attrgetter("dims"), args)), list(map(attrgetter("types"), args))
-        keys = list(  # hashable entry contents, built without a Python-level loop over the ranges
+        # Hashable entry contents, built without a Python-level loop over the ranges: the range's category,
+        # whether it has no shape args, and the JSON texts of its name and shape args (JSON text holds no NUL).
+        # Names are decoded once per distinct entry, not once per range.
+        keys = list(
             zip(
-                trace.range_names(used_rows),
-                trace.ranges.is_op(used_rows),
+                map(attrgetter("cat"), events),
                 map(and_, map(is_, dims, repeat(NULL_JSON)), map(is_, types, repeat(NULL_JSON))),  # no shape
-                map(b"\0".join, zip(dims, types, map(attrgetter("concrete"), args))),  # JSON text holds no NUL
+                map(b"\0".join, zip(map(attrgetter("name"), events), dims, types, map(attrgetter("concrete"), args))),
             )
         )
         entry_ids: dict[tuple, int] = {}
         entry_of = list(map(entry_ids.setdefault, keys, range(len(keys))))  # each range's first equal range
         first_ranges = list(entry_ids.values())
         number = dict(zip(first_ranges, range(len(first_ranges))))
-        self.entries = list(entry_ids)
+        names = trace.range_names([used_rows[r] for r in first_ranges])
+        self.entries = [(name, cat in IS_OP, no_shape, text.split(b"\0", 1)[1])
+                        for name, (cat, no_shape, text) in zip(names, entry_ids)]
         stacks = (
             pl.DataFrame({"point": found["point"], "entry": pl.Series(list(map(number.__getitem__, entry_of))).gather(member)})
             .group_by("point", maintain_order=True)
@@ -216,14 +222,14 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
         for c, x, i, r in zip(checked, acts.external_id, at, launch_row)
     ]
     columns = {
-            "kernel": acts.name,
+            "kernel": repeated("kernel", acts.name),
             "category": acts.category,
             "ts_ns": acts.ts_ns,
             "dur_ns": acts.dur_ns,
             "device": acts.device,
             "stream": acts.stream,
             "correlation": acts.correlation,
-            "launch": launch,
+            "launch": repeated("launch", launch),
             "graph_launch": graph,
             "graph_kernel_index": _graph_kernel_index(acts, graph) if any(graph) else [None] * len(graph),
             "external_id_agrees": agrees,

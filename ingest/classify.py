@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
+from ingest.columns import repeated
 from ingest.graphs import attribute_graphs
 from ingest.phases import assign_phases, merged_step
 from ingest.problems import fill_block_size, grouped_mm_call, moe_from_grouped_mm, router_topk, to_problem
@@ -232,11 +233,11 @@ def classify_events(
         .otherwise(pl.col("attribution"))
     )
     out = events.with_columns(
-        pl.Series("operator", operators, dtype=pl.String),
-        pl.Series("shape", _shape_texts(kwargs_list), dtype=pl.String),
-        pl.Series("phase", phase, dtype=pl.String),
-        pl.Series("phase_rule", phase_rule, dtype=pl.String),
-        pl.Series("op", ops, dtype=pl.String),
+        repeated("operator", operators),
+        repeated("shape", _shape_texts(kwargs_list)),
+        repeated("phase", phase),
+        repeated("phase_rule", phase_rule),
+        repeated("op", ops),
         attribution.alias("attribution"),
     ).drop("graph_capture")
     return conform(out, CLASSIFIED_EVENT_COLUMNS, "classified kernel_events")

@@ -287,3 +287,72 @@ def test_combinations_kept_from_earlier_traces_classify_as_a_trace_on_its_own(mo
         assert fast.height > 0 and fast.equals(slow), path
     if training.exists():
         assert warm[-1].filter(pl.col("operator") == "other")["op"].str.contains("_backward|Backward").any()
+
+
+@pytest.mark.parametrize("root", ["examples", "public"])
+def test_events_decoded_by_their_phase_read_as_every_event_decoded_alike(root, request, monkeypatch):
+    from ingest import kineto_json
+
+    folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
+    tagged = 0
+    for path in _kineto_traces(folder):
+        try:
+            fast = read_events(path)
+        except ValueError:
+            continue
+        with monkeypatch.context() as m:
+            m.setattr(kineto_json, "_decode_tagged", lambda data, bare: None)
+            slow = read_events(path)
+        assert fast.schema == slow.schema and fast.equals(slow), path
+        tagged += 1
+    assert tagged > 3
+
+
+def test_an_event_without_a_known_phase_takes_the_plain_decode(tmp_path):
+    from ingest import kineto_json
+    from tests.fixtures.cut_trace import load, save
+
+    source = EXAMPLES / "qwen3-30b-a3b" / "eager.json.gz"
+    doc = load(source)
+    assert kineto_json._decode_tagged(json_bytes(doc), bare=False) is not None
+    for odd in ({"name": "no phase", "cat": "cpu_op", "ts": 1, "dur": 1}, {"ph": "Z", "name": "unknown", "ts": 1}):
+        broken = {**doc, "traceEvents": [*doc["traceEvents"], odd]}
+        assert kineto_json._decode_tagged(json_bytes(broken), bare=False) is None
+        events = read_events(save(broken, tmp_path / "odd.json.gz"))
+        assert events.drop("trace_id").equals(read_events(source).drop("trace_id"))
+
+
+def json_bytes(doc) -> bytes:
+    import json
+
+    return json.dumps(doc).encode()
+
+
+def test_op_names_written_with_escapes_attribute_as_written_plainly(tmp_path):
+    import gzip
+
+    source = EXAMPLES / "qwen3-30b-a3b" / "eager.json.gz"
+    text = gzip.decompress(source.read_bytes())
+    # every other op name written with an escape: one name as two JSON texts (each range's entry is keyed by its text)
+    parts = text.split(b'"aten::')
+    escaped = parts[0] + b"".join((b'"aten\\u003a:' if k % 2 else b'"aten::') + part for k, part in enumerate(parts[1:]))
+    assert len(parts) > 1000 and read_events(source)["op"].str.starts_with("aten::").sum() > 100
+    path = tmp_path / "escaped.json.gz"
+    path.write_bytes(gzip.compress(escaped))
+    fast, plain = read_events(path), read_events(source)
+    assert fast.drop("trace_id").equals(plain.drop("trace_id"))
+
+
+@pytest.mark.parametrize("path", EXAMPLE_TRACES[:3], ids=lambda p: p.parent.name + "/" + p.name)
+def test_string_columns_gathered_from_distinct_values_are_the_columns_built_from_lists(path, monkeypatch):
+    from ingest import attribution, classify, columns
+    from ingest.schema import parquet
+
+    monkeypatch.setattr(columns, "_GATHER_MIN_ROWS", 0)  # the example traces are smaller than the threshold
+    fast = ingest_trace(path).events
+    for module in (attribution, classify):
+        monkeypatch.setattr(module, "repeated", columns.repeated_plain)
+    slow = ingest_trace(path).events
+    assert fast.schema == slow.schema and fast.equals(slow)
+    assert parquet(fast, "CLASSIFIED_EVENTS") == parquet(slow, "CLASSIFIED_EVENTS")
+    assert columns.repeated("k", ["a" * 40, None] * 3000).to_list() == ["a" * 40, None] * 3000
