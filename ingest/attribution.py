@@ -65,6 +65,19 @@ def launch_enclosures(trace: KinetoTrace, rows: list[int]) -> pl.DataFrame:
     """The CPU ranges enclosing each launch row of `rows` on its thread: (point: index into
     `rows`, range: row of trace.ranges) pairs, as `enclosures` orders them."""
     launches, ranges = trace.launches, trace.ranges
+    threads = set(map(launches.thread.__getitem__, rows))
+    if len(threads) == 1 and len(ranges.thread_rows.get(next(iter(threads)), ())) == len(ranges.ts_ns):
+        # Most traces: one thread launches everything and runs every range, so no row needs mapping
+        # through its thread's rows (a small trace's five frame-library calls, a large one's gathers).
+        # The plain version is launch_enclosures_by_thread (oracle: tests/ingest/test_fast_paths.py).
+        found = enclosures(ranges.ts_ns, ranges.end_ns, launches.ts_ns.gather(rows))
+        return found.select(pl.col("point").cast(pl.Int64), pl.col("range").cast(pl.Int64))
+    return launch_enclosures_by_thread(trace, rows)
+
+
+def launch_enclosures_by_thread(trace: KinetoTrace, rows: list[int]) -> pl.DataFrame:
+    """launch_enclosures, each thread's launches searched among its own ranges."""
+    launches, ranges = trace.launches, trace.ranges
     threads = list(map(launches.thread.__getitem__, rows))
     by_thread: dict[tuple, list[int]] = {thread: [] for thread in set(threads)}
     if len(by_thread) == 1:

@@ -356,3 +356,22 @@ def test_string_columns_gathered_from_distinct_values_are_the_columns_built_from
     assert fast.schema == slow.schema and fast.equals(slow)
     assert parquet(fast, "CLASSIFIED_EVENTS") == parquet(slow, "CLASSIFIED_EVENTS")
     assert columns.repeated("k", ["a" * 40, None] * 3000).to_list() == ["a" * 40, None] * 3000
+
+
+@pytest.mark.parametrize("root", ["examples", "public"])
+def test_launches_of_one_thread_enclosed_at_once_are_enclosed_thread_by_thread(root, request):
+    from ingest.attribution import launch_enclosures, launch_enclosures_by_thread
+    from ingest.kineto import read_kineto
+
+    folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
+    one_thread = 0
+    for path in _kineto_traces(folder):
+        try:
+            trace = read_kineto(path)
+        except ValueError:
+            continue
+        rows = sorted(set(map(trace.launches.row_of.get, trace.activities.correlation)) - {None})
+        fast, slow = launch_enclosures(trace, rows), launch_enclosures_by_thread(trace, rows)
+        assert fast.schema == slow.schema and fast.equals(slow), path
+        one_thread += len(trace.ranges.thread_rows) == 1 and fast.height > 0
+    assert one_thread > 0
