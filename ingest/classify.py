@@ -89,8 +89,8 @@ def _hf_moe_problems_by_key(events: pl.DataFrame, key_of: list[int], operators: 
         calls_of.append(None if call is None else (call, kwargs_list[k]))
     if all(c is None for c in calls_of):
         return
-    devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
-    order = sorted(range(events.height), key=lambda i: (devices[i] or 0, ts[i]))
+    # the rows in launch order per device, as _hf_moe_problems sorts them (stable; a missing device is device 0)
+    order = events.select(pl.arg_sort_by(pl.col("device").fill_null(0), "ts_ns", maintain_order=True)).to_series().to_list()
     calls: list[tuple[tuple, list[int], tuple | None]] = []
     router, previous = None, None
     for i in order:

@@ -295,6 +295,8 @@ def assign_phases(
     # replays aligned with a capture trace, the capture-time shapes); a step whose attention
     # calls disagree stays unknown.
     undecided = [i for i in range(n) if rule[i] == "none"]
+    if not undecided:  # every row's step is marked: the rules below change only rows left undecided
+        return phase, rule
     groups, full = _shape_groups(events, operators, undecided)
     for members in groups.values():
         seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}
