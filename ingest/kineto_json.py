@@ -112,7 +112,7 @@ class XEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
 def _not_x(phase: Phase) -> type:
     # An event of another phase (flows, metadata, instants: ~30% of a trace's events) decodes to a struct
     # without fields: nothing reads them, and each field of each one was an object to allocate and free.
-    return msgspec.defstruct(f"Event_{ord(phase.value)}", [], gc=False, tag_field="ph", tag=phase.value,
+    return msgspec.defstruct(f"_{phase.name}Event", [], gc=False, tag_field="ph", tag=phase.value,
                              namespace={"ph": phase, "cat": None, "__annotations__": {"ph": ClassVar[Phase],
                                                                                        "cat": ClassVar[None]}})
 
