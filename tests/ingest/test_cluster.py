@@ -151,7 +151,22 @@ def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, example
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
             errors.append(exc)
 
+    def slow_puts() -> None:
+        """In each worker: a second after each trace's tables are stored, so that the kill below lands between
+        the batch's first stored trace and its last however fast the parsing is (it once did not)."""
+        import ingest.store
+
+        put = ingest.store.TraceStore._put
+
+        def _put(self, result, aggregated):
+            summary = put(self, result, aggregated)
+            time.sleep(1.0)
+            return summary
+
+        ingest.store.TraceStore._put = _put
+
     with Client(cluster.address, timeout=START_TIMEOUT_S) as client:
+        client.run(slow_puts)
         names = {addr: w["name"] for addr, w in client.scheduler_info()["workers"].items()}
         runner = threading.Thread(target=build)
         runner.start()
