@@ -94,6 +94,33 @@ def test_backward_work_is_never_a_forward_operator_or_gemm(public_traces):
     assert not mi300.filter(pl.col("kernel").str.contains("bwd_weight|igemm_bwd|igemm_wrw") & (pl.col("operator") != "other")).height
 
 
+def test_gemm_kernels_inside_cudnn_convolution_algorithms_are_not_gemm():
+    """kineto's ResNet-50 training sample (V100), cut where its kernels have no launch rows: cuDNN's Winograd
+    runs volta_sgemm between its transforms, forward (winogradForward*) and weight gradient (winogradWgrad*).
+    Each GEMM takes what its stream neighbours are, read here from the trace's own order; the transforms are
+    convolution forward and backward work by name; nothing is `gemm`."""
+    path = PUBLIC / "resnet50_train_v100_winograd.json.gz"
+    gpu = sorted((e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                  if e.get("cat") == "Kernel" and e.get("ph") == "X"), key=lambda e: (e["args"]["stream"], e["ts"]))
+    expected = {}
+    for before, this, after in zip(gpu, gpu[1:], gpu[2:]):
+        if this["name"].startswith("volta_sgemm") and before["args"]["stream"] == after["args"]["stream"]:
+            pair = (before["name"], after["name"])
+            if all("winogradForward" in n for n in pair):
+                expected[this["ts"] * 1000] = "convolution"
+            elif all("winogradWgrad" in n for n in pair):
+                expected[this["ts"] * 1000] = "other"
+    assert sorted(expected.values()) == ["convolution"] * 3 + ["other"] * 3
+    ev = ingest_trace(path).events
+    assert ev["attribution"].unique().to_list() == ["unattributed"]  # no op says what any kernel is
+    got = dict(ev.filter(pl.col("ts_ns").is_in(list(expected))).select("ts_ns", "operator").iter_rows())
+    assert got == expected
+    assert not ev.filter(pl.col("operator") == "gemm").height
+    assert set(ev.filter(pl.col("kernel").str.contains("winogradForward"))["operator"]) == {"convolution"}
+    gradients = ev.filter(pl.col("kernel").str.contains("winogradWgrad|wgrad_|dgrad_|stridedB"))
+    assert gradients.height and set(gradients["operator"]) == {"other"}
+
+
 def test_rocprofv3_json_conserves_time_exactly_and_names_blits():
     path = PUBLIC / "rocprofv3_mi350x_908.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))["rocprofiler-sdk-tool"][0]
