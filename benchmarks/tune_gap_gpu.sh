@@ -8,7 +8,7 @@
 # 2. four unified_attention problems in one lane: once to compile into a cache, then three times on it with
 #    the kept autotuning removed before each, as the evaluator runs by default, with NO_WARM_PROFILE=1 and
 #    with CUPTI_TEARDOWN=1. Compare each run's `in_worker_tune` (its *_progress.jsonl) with the probe's lines.
-# Writes under $OUT (8 files, what a device run brings back): tune_probe_{ua,lsm}.json, the four runs'
+# Writes 8 files under $OUT: tune_probe_{ua,lsm}.json, the four runs'
 # triton_reference_ua_*_progress.jsonl, their log eval_gpu_triton.log and the table, tune_gap.txt; the rest of
 # the runs' files stay in out/tune-gap/.
 set -euo pipefail
