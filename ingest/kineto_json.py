@@ -77,8 +77,9 @@ NULL_JSON = msgspec.Raw(b"null")
 _Scalar = Union[int, str, None]
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: Phase = Phase.OTHER
+class _Fields(msgspec.Struct, gc=False):
+    """The fields ingest reads of an event, whatever its phase is decoded as."""
+
     cat: Union[Category, None] = None
     # JSON text: most events (python_function stacks, flows, ops that launch nothing) are never named in
     # a table, and a string for each costs a sixth of the decoding; `names` decodes a column of them.
@@ -90,23 +91,20 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
+class Event(_Fields, gc=False):
+    ph: Phase = Phase.OTHER
+
+
 class Document(msgspec.Struct, gc=False):
     traceEvents: list[Event]
     baseTimeNanoseconds: Union[int, float, None] = None
 
 
-class XEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+class XEvent(_Fields, gc=False, tag_field="ph", tag="X"):
     """An Event of phase X (a complete event: every activity, launch and range that ingest reads), as the
     phase-tagged decode gives it; `ph` is the tag."""
 
     ph: ClassVar[Phase] = Phase.X
-    cat: Union[Category, None] = None
-    name: msgspec.Raw = NULL_JSON
-    pid: _Scalar = None
-    tid: _Scalar = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: msgspec.Raw = msgspec.Raw(b"")
 
 
 def _not_x(phase: Phase) -> type:

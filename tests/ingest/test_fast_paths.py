@@ -108,6 +108,17 @@ def _kineto_traces(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.json.gz") if "capture_traces" not in p.parts)
 
 
+def _read_each(root: Path, read):
+    """(path, read(path)) for each Kineto trace under `root` that reads: the public set holds files that are no
+    profile, which read to a TraceError (a ValueError) and are left out."""
+    for path in _kineto_traces(root):
+        try:
+            got = read(path)
+        except ValueError:
+            continue
+        yield path, got
+
+
 @pytest.mark.parametrize("root", ["examples", "public"])
 def test_op_rules_found_once_per_name_choose_what_trying_every_rule_chooses(root, request):
     from ingest.taxonomy import load_taxonomy
@@ -115,11 +126,8 @@ def test_op_rules_found_once_per_name_choose_what_trying_every_rule_chooses(root
     tax = load_taxonomy()
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     chains = set()
-    for path in _kineto_traces(folder):
-        try:
-            rows = read_events(path).select("kernel", "op_chain").unique().rows()
-        except ValueError:  # a TraceError: the public set holds files that are no profile
-            continue
+    for _, events in _read_each(folder, read_events):
+        rows = events.select("kernel", "op_chain").unique().rows()
         chains |= {(kernel or "", tuple(chain or ())) for kernel, chain in rows}
     assert sum(1 for _, chain in chains if chain) > 100
     for kernel, chain in chains:
@@ -199,11 +207,8 @@ def test_chains_numbered_by_the_frame_library_are_the_launch_by_launch_numbering
         return fast
 
     monkeypatch.setattr(attribution, "chain_ids", both)
-    for path in _kineto_traces(folder):
-        try:
-            read_events(path)
-        except ValueError:  # a TraceError: the public set holds files that are no profile
-            continue
+    for _ in _read_each(folder, read_events):
+        pass
     assert seen and all(same for same, _ in seen) and max(chains for _, chains in seen) > 50
 
 
@@ -216,11 +221,7 @@ def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, reque
 
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     long_columns = 0
-    for path in _kineto_traces(folder):
-        try:
-            doc = decode_document(path, TraceBytes(path).result()[1])
-        except ValueError:
-            continue
+    for path, doc in _read_each(folder, lambda path: decode_document(path, TraceBytes(path).result()[1])):
         for role in set(ROLES.values()):
             raws = [e.name for e in doc.traceEvents if ROLES.get(e.cat) == role]
             fast = names(raws)
@@ -295,11 +296,7 @@ def test_events_decoded_by_their_phase_read_as_every_event_decoded_alike(root, r
 
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     tagged = 0
-    for path in _kineto_traces(folder):
-        try:
-            fast = read_events(path)
-        except ValueError:
-            continue
+    for path, fast in _read_each(folder, read_events):
         with monkeypatch.context() as m:
             m.setattr(kineto_json, "_decode_tagged", lambda data, bare: None)
             slow = read_events(path)
@@ -365,11 +362,7 @@ def test_launches_of_one_thread_enclosed_at_once_are_enclosed_thread_by_thread(r
 
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     one_thread = 0
-    for path in _kineto_traces(folder):
-        try:
-            trace = read_kineto(path)
-        except ValueError:
-            continue
+    for path, trace in _read_each(folder, read_kineto):
         rows = sorted(set(map(trace.launches.row_of.get, trace.activities.correlation)) - {None})
         fast, slow = launch_enclosures(trace, rows), launch_enclosures_by_thread(trace, rows)
         assert fast.schema == slow.schema and fast.equals(slow), path
