@@ -18,7 +18,6 @@ from ingest.kineto_json import (
     GPU,
     GPU_ARGS,
     GPU_KINDS,
-    IS_OP,
     LAUNCH,
     LAUNCH_ARGS,
     OP_ARGS,
@@ -77,10 +76,6 @@ class CpuRanges:
     def names(self, rows: list[int]) -> list[str]:
         """The names of the given ranges; Malformed if one is not a string."""
         return _no_none(names(list(map(attrgetter("name"), map(self.events.__getitem__, rows)))))
-
-    def is_op(self, rows: list[int]) -> list[bool]:
-        """Whether each of the given ranges is an op (else an annotation)."""
-        return list(map(IS_OP.__contains__, map(attrgetter("cat"), map(self.events.__getitem__, rows))))
 
 
 @dataclass(slots=True)
