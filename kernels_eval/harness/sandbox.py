@@ -5,8 +5,8 @@ and the torch-free `catalogue` package it imports (both mounted at PACKAGE_ROOT,
 from, which may hold releases), and the submission's
 operator files at their own paths; a private /tmp; a new /proc (its own pid namespace: the evaluator's
 processes do not exist there); a minimal /dev (plus the GPU nodes on cuda); and one writable host directory,
-the run's scratch directory (exchange directories and the Triton cache), over whose Triton cache the candidate
-file's persistent one is bound where the run keeps one (harness/triton_cache.py). It runs as uid 65534 in new user,
+the run's scratch directory (exchange directories, and the Triton cache where the run keeps none), and where
+it keeps one, the candidate file's persistent Triton cache at TRITON_CACHE_MOUNT (harness/triton_cache.py). It runs as uid 65534 in new user,
 pid, ipc, uts, net and cgroup namespaces, with an allow-listed environment. bwrap is itself started with that
 environment: the sandbox's pid 1 is bwrap, and its /proc/1/environ would otherwise hold the evaluator's.
 """
@@ -23,6 +23,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 PACKAGE_ROOT = "/hotshape"  # kernels_eval and catalogue are mounted here inside the sandbox; it is on PYTHONPATH
+# Where a file's persistent Triton cache is bound: one path for every worker of every run, since Triton's cache
+# records each compiled kernel's files by absolute path (the "__grp__" file of its key) and ignores a group whose
+# paths are gone. Bound under each worker's own scratch directory instead, no worker found another's kernels:
+# seen on H200, every warm run compiled each unified_attention configuration again, ~11 s a shape against
+# 0.3 s (benchmarks/results/kernel_span_H200/tune_gap/).
+TRITON_CACHE_MOUNT = "/triton-cache"
 UID = 65534  # nobody
 TMP_BYTES = 2 << 30  # size of the private /tmp (a tmpfs is RAM; a candidate must not fill it unbounded)
 TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # symlinks into /usr or real dirs
@@ -168,15 +174,15 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
                   keep_autotuning: bool = True) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run `command` in the sandbox; start it with exactly that env (see the module doc).
     `visible_device`: the evaluator's CUDA index of the one GPU the sandbox shows (its node, and
-    CUDA_VISIBLE_DEVICES); `file_cache`: a host directory bound read-write at TRITON_CACHE_DIR (else that is
-    a directory of the scratch one)."""
+    CUDA_VISIBLE_DEVICES); `file_cache`: a host directory bound read-write at TRITON_CACHE_MOUNT, the worker's
+    TRITON_CACHE_DIR (else that is a directory of the scratch one)."""
     environ = os.environ if environ is None else environ
     nodes = gpu_nodes(visible_device, environ) if device == "cuda" else []
     if device == "cuda" and visible_device is not None:
         environ = {**environ, "CUDA_VISIBLE_DEVICES": visible_devices(visible_device, environ)}
     scratch = Path(os.path.abspath(scratch))
-    triton_cache = scratch / "triton-cache"
-    triton_cache.mkdir(parents=True, exist_ok=True)
+    triton_cache = Path(TRITON_CACHE_MOUNT) if file_cache is not None else scratch / "triton-cache"
+    (scratch if file_cache is not None else triton_cache).mkdir(parents=True, exist_ok=True)
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(UID), "--gid", str(UID), "--hostname",
             "sandbox", "--die-with-parent", "--new-session",

@@ -80,7 +80,7 @@ def test_command_binds_only_what_the_worker_needs(tmp_path):
                        for k in env)
         assert env["HOME"] == "/tmp" and env["PYTHONPATH"] == sandbox.PACKAGE_ROOT
         assert "/root/.cargo/bin" not in env["PATH"] and env["OMP_NUM_THREADS"] == "2"
-        assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")
+        assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")  # no persistent cache: the scratch's
         assert (env.get("TRITON_INTERPRET") == "1") == (device == "cpu")
         setenv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "--setenv"}
         assert setenv == env  # bwrap gets the same environment it sets (its own /proc/1/environ is visible)

@@ -35,7 +35,7 @@ def test_only_the_files_own_cache_is_bound_writable(tmp_path):
     argv, env = sandbox.bwrap_command("bwrap", ["python"], device="cpu", scratch=scratch, file_cache=cache)
     writable = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--bind"]
     assert writable == [(str(scratch), str(scratch)), (str(cache), env["TRITON_CACHE_DIR"])]
-    assert env["TRITON_CACHE_DIR"] == str(scratch / "triton-cache")
+    assert env["TRITON_CACHE_DIR"] == sandbox.TRITON_CACHE_MOUNT  # the same path in every worker
     assert str(tmp_path / "root") not in _bound(argv) and str(cache.parent) not in _bound(argv)
     # the file's autotuning results are kept in its cache; a cold run (no persistent cache) keeps none
     assert env["TRITON_CACHE_AUTOTUNING"] == "1" and "--setenv" in argv
@@ -77,6 +77,35 @@ def test_prune_drops_a_cache_over_its_limit(tmp_path):
     (tmp_path / "c" / "big").write_bytes(b"x" * 100)
     assert not triton_cache.prune(tmp_path / "c", max_bytes=100) and (tmp_path / "c").is_dir()
     assert triton_cache.prune(tmp_path / "c", max_bytes=99) and not (tmp_path / "c").exists()
+
+
+# Triton's own cache manager in the sandbox: the first worker stores a kernel's files and their group (which
+# records each file by absolute path), the second looks the group up, as Triton's compile() does before compiling
+GROUP_PROBE = r"""
+import json, sys
+from triton.runtime.cache import get_cache_manager
+
+manager = get_cache_manager("0f" * 32)
+if sys.argv[1] == "put":
+    paths = {name: manager.put(b"binary", name) for name in ("kernel.cubin", "kernel.json")}
+    manager.put_group("kernel.json", paths)
+print(json.dumps(sorted(manager.get_group("kernel.json") or {})))
+"""
+
+
+@needs_bwrap
+def test_kernels_one_worker_compiled_are_found_by_the_next(tmp_path):
+    # each worker has its own scratch directory; a group found with files missing makes Triton compile again
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    found = []
+    for n, step in enumerate(("put", "get")):
+        argv, env = sandbox.bwrap_command(sandbox.find_bwrap(), [sys.executable, "-c", GROUP_PROBE, step],
+                                          device="cpu", scratch=tmp_path / f"worker{n}", file_cache=cache)
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr[-2000:]
+        found.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert found == [["kernel.cubin", "kernel.json"]] * 2
 
 
 @needs_bwrap
