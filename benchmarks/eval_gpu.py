@@ -227,14 +227,12 @@ def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> di
 
 
 def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
-                 device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "",
-                 warm_profile: bool = True, cupti_teardown: bool = False) -> dict:
+                 device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "") -> dict:
     """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
     the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
     (score it with `hotshape score`). `lanes` operators at once (`eval --lanes`); `triton_cache`: the root of
     the per-file compile caches a later run reuses (None: each worker compiles afresh); `label` suffixes the
-    file names (a cold and a warm run side by side); `warm_profile` and `cupti_teardown` are EvalConfig's (whether
-    CUPTI is attached to a worker between its profiles). OUT/triton_reference{label}_summary.json: wall seconds,
+    file names (a cold and a warm run side by side). OUT/triton_reference{label}_summary.json: wall seconds,
     stages, and the seconds of every evaluator step summed over problems."""
     sub = REPO / "examples" / "submissions" / "triton_reference"
     t0 = time.monotonic()
@@ -260,8 +258,7 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
             f"ref={_us(verdict.t_reference_s):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.error or '')[:100]}")
 
-    config = EvalConfig(device=device, triton_cache=triton_cache, warm_profile=warm_profile,
-                        cupti_teardown=cupti_teardown)
+    config = EvalConfig(device=device, triton_cache=triton_cache)
     rows = evaluate(sub, release, config=config, ops=ops, problems=problems, progress=progress, lanes=lanes)
     wall = time.monotonic() - t0
     path = out / f"triton_reference{label}.parquet"
@@ -273,7 +270,6 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
         f"{'cache ' + str(triton_cache) if triton_cache else 'no persistent cache'}; stages {stages}")
     totals = log_step_seconds(steps, rows)
     doc = {"problems": len(rows), "stages": stages, "wall_s": round(wall, 1), "lanes": lanes,
-           "warm_profile": warm_profile, "cupti_teardown": cupti_teardown,
            "triton_cache": str(triton_cache) if triton_cache else None, "step_s": totals, "step_s_by_op": steps,
            "eval_s_sum": round(sum(r.get("eval_s") or 0 for r in rows), 1)}
     (out / f"triton_reference{label}_summary.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -308,10 +304,6 @@ def main() -> int:
     ap.add_argument("--triton-cache", type=Path, default=None,
                     help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
     ap.add_argument("--label", default="", help="suffix of the triton phase's file names")
-    ap.add_argument("--no-warm-profile", action="store_true",
-                    help="the triton phase's prestarted workers start no profiler ahead (EvalConfig.warm_profile)")
-    ap.add_argument("--cupti-teardown", action="store_true",
-                    help="the triton phase's workers finalize CUPTI as each profile stops (EvalConfig.cupti_teardown)")
     ap.add_argument("--stack-dump-s", type=float, default=None,
                     help="print every thread's stack after this many seconds (a run that seems stuck)")
     args = ap.parse_args()
@@ -328,7 +320,7 @@ def main() -> int:
     if "triton" in phases:
         phase_triton(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                      args.problems.split(",") if args.problems else None, args.device, args.lanes, args.triton_cache,
-                     args.label, not args.no_warm_profile, args.cupti_teardown)
+                     args.label)
     if "full" in phases:
         phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                    args.full_per_op)

@@ -61,12 +61,6 @@ class EvalConfig:
     # the warm-up and repetition (ms) triton.testing.do_bench defaults to in a worker, so in Triton's autotuning
     # (harness/autotune_cache.py: shorter_benchmarks); None: Triton's own (25, 100)
     autotune_bench_ms: tuple[float, float] | None = (5.0, 20.0)
-    # a prestarted GPU worker starts the profiler once ahead (CUPTI's ~6 s first start off its first command);
-    # False leaves CUPTI unattached until the first judged call (a shape's untimed tuning call then runs first)
-    warm_profile: bool = True
-    # Kineto finalizes CUPTI when each of the worker's profiles stops (TEARDOWN_CUPTI=1), so the calls between
-    # profiles, the untimed tuning call among them, run with no CUPTI attached; each profile then starts it again
-    cupti_teardown: bool = False
     timing_budget_s: float = 0.3
     timing_max_calls: int = 200
     timed_samples: int = 4  # outputs of timed calls kept (chosen after each call) and judged
@@ -194,7 +188,6 @@ class OperatorJudge:
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction,
                               "autotune_bench_ms": self.config.autotune_bench_ms,
-                              "cupti_teardown": self.config.cupti_teardown,
                               "markers_cache": str(self.config.markers_cache) if self.config.markers_cache else None,
                               # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
                               "cuda_ipc": not self.config.sandbox and self.config.device_index is None},
@@ -1015,8 +1008,7 @@ def _warm_ahead(worker: WorkerProcess, config: EvalConfig) -> WorkerProcess:
 
     def warm() -> None:
         try:
-            worker.request({"cmd": "warm", "device": config.device, "profile": config.warm_profile,
-                            "cupti_teardown": config.cupti_teardown,
+            worker.request({"cmd": "warm", "device": config.device,
                             "markers_cache": str(config.markers_cache) if config.markers_cache else None},
                            config.start_timeout_s)
         except Exception:  # noqa: BLE001 - the judge that takes it finds it dead (or closed) and starts another

@@ -136,14 +136,6 @@ class LaunchLog:
         return [{"name": n, "file": f, "owned": o, "count": c} for (n, f, o), c in sorted(counts.items())]
 
 
-def _cupti_teardown(msg: dict) -> None:
-    """With the run's `cupti_teardown`, Kineto finalizes CUPTI as each profile stops: it reads TEARDOWN_CUPTI from
-    this process's environment then (torch's profiler sets it to 0 itself only for CUDA graphs before CUDA 12.6).
-    Set before the worker's first profile; a candidate that changed it would change only how fast it is judged."""
-    if msg.get("cupti_teardown"):
-        os.environ["TEARDOWN_CUPTI"] = "1"
-
-
 class Worker:
     """State of one worker: the candidate module, the current Model, the reference's make_inputs."""
 
@@ -179,11 +171,9 @@ class Worker:
         if msg.get("device") == "cuda" and torch.cuda.is_available():
             from kernels_eval.harness.timing import gpu_profiler
 
-            _cupti_teardown(msg)
             torch.cuda.init()
-            if msg.get("profile", True):
-                with gpu_profiler():
-                    torch.cuda.synchronize()
+            with gpu_profiler():
+                torch.cuda.synchronize()
             if msg.get("markers_cache"):  # ~0.8 s of loading the evaluator's markers, off the first command too
                 import kernels_eval.harness.markers
 
@@ -205,8 +195,6 @@ class Worker:
         self.outputs = tuple(msg["outputs"])
         took: dict[str, float] = {}
         began = time.perf_counter()
-        if self.device == "cuda":
-            _cupti_teardown(msg)
         if self.module is None:
             from kernels_eval.registry import load_reference
 
@@ -471,12 +459,10 @@ class Worker:
     def _untimed_call(self, input_kwargs: dict) -> float:
         """One call before a timing (and before a shape's first judged call), with no profiler, on inputs of a
         fresh seed of its own (drawn and freed before the judged or timed inputs exist), its output dropped; its
-        seconds. A cold shape compiles, loads and autotunes its kernels here: seen on H200, a shape whose
-        kernels were all compiled and cached took 11-13 s in its first call under the profiler (9 and 15
-        autotuning configurations) and 1.1-1.6 s once tuned, and a plain process 1.6 s to tune it with no
-        profiler against 7.2 s under one. Nothing it could learn helps a later call: the judged and timed
-        inputs are drawn afterwards on the parent's seeds, threads are checked around it as around a judged
-        call, and the profiler guard watches it."""
+        seconds. A cold shape compiles, loads and autotunes its kernels here: seen on H200, tuning a compiled
+        shape took a plain process 1.6 s with no profiler against 7.2 s under one. Nothing it could learn helps
+        a later call: the judged and timed inputs are drawn afterwards on the parent's seeds, threads are
+        checked around it as around a judged call, and the profiler guard watches it."""
         torch = self.torch
         began = time.perf_counter()
         inputs = self._make_inputs(input_kwargs, secrets.randbits(62))

@@ -329,49 +329,6 @@ def test_a_real_worker_answers_warm_before_its_init(tmp_path):
         worker.close()
 
 
-def test_the_warm_command_carries_whether_cupti_is_attached_ahead_and_torn_down(monkeypatch, tmp_path):
-    """The run's warm_profile and cupti_teardown reach the prestarted worker's "warm" command, and the worker
-    then starts no profiler ahead, or has Kineto finalize CUPTI as each profile stops (TEARDOWN_CUPTI=1)."""
-    import torch
-
-    from kernels_eval.harness import timing, worker
-
-    messages = []
-
-    class Double:
-        ready, warming = True, None
-
-        def request(self, message, timeout_s):
-            messages.append(message)
-            return {"ok": True}
-
-    config = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False, warm_profile=False, cupti_teardown=True)
-    runner._warm_ahead(Double(), config).warming.join(5)
-    assert messages[0]["cmd"] == "warm" and messages[0]["profile"] is False and messages[0]["cupti_teardown"] is True
-    runner._warm_ahead(Double(), runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)).warming.join(5)
-    assert messages[1]["profile"] is True and messages[1]["cupti_teardown"] is False
-
-    profiles = []
-
-    class Profile:
-        def __enter__(self):
-            profiles.append(os.environ.get("TEARDOWN_CUPTI"))
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "init", lambda: None)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(timing, "gpu_profiler", Profile)
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    w = worker.Worker()
-    assert w.warm({"cmd": "warm", "device": "cuda", "profile": False, "cupti_teardown": False})["ok"]
-    assert profiles == [] and "TEARDOWN_CUPTI" not in os.environ
-    assert w.warm({"cmd": "warm", "device": "cuda", "cupti_teardown": True})["ok"]
-    assert profiles == ["1"]  # set before the worker's first profile, which the default still starts ahead
-
-
 def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_path):
     """While one operator is timed, the next TIMING_AHEAD operators' workers are already starting (each start,
     CUDA context and first profiler start took ~12 s on H200, longer than timing a small operator)."""
