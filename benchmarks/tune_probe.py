@@ -137,7 +137,8 @@ def main() -> None:
     ap.add_argument("--release", default="out/atrex-release")
     ap.add_argument("--problem", default="")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, in this order (default all)")
+    ap.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "after_profile_teardown"),
+                    help="comma-separated, in this order (default: all but after_profile_teardown, which hangs)")
     ap.add_argument("--child", default="")
     ap.add_argument("--row", default="")
     args = ap.parse_args()
