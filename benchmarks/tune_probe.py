@@ -153,7 +153,7 @@ def main() -> None:
     rows = {p["problem_id"]: p for p in read_release_view(args.release).problems}
     row = {k: rows[args.problem][k] for k in ("problem_id", "operator", "init_kwargs", "input_kwargs")}
     results = {"problem": row["problem_id"], "operator": row["operator"], "variants": {}}
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as scratch:
         for variant in args.variants.split(","):
             extra = VARIANTS[variant]
             env = {**os.environ, "TRITON_CACHE_DIR": cache, "TRITON_CACHE_AUTOTUNING": "0",
@@ -163,13 +163,11 @@ def main() -> None:
                 from kernels_eval.harness import sandbox
 
                 file = ROOT / "examples" / "submissions" / "triton_reference" / f"{row['operator']}.py"
-                scratch = Path(tempfile.mkdtemp(prefix="tune-probe-"))
-                argv, env = sandbox.bwrap_command(sandbox.find_bwrap(), argv, device="cuda", scratch=scratch,
+                argv, env = sandbox.bwrap_command(sandbox.find_bwrap(), argv, device="cuda", scratch=Path(scratch),
                                                   files=[Path(__file__), file], file_cache=Path(cache),
                                                   environ=env, keep_autotuning=False)
             t0 = time.perf_counter()
-            done = subprocess.run(argv,
-                                  env=env, capture_output=True, text=True, timeout=240)
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
             wall = round(time.perf_counter() - t0, 2)
             got = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
                    else {"error": done.stderr.strip().splitlines()[-3:]})

@@ -4,11 +4,12 @@ Inside, the worker sees read-only: /usr, /etc, the interpreter and its packages,
 and the torch-free `catalogue` package it imports (both mounted at PACKAGE_ROOT, not the checkout they came
 from, which may hold releases), and the submission's
 operator files at their own paths; a private /tmp; a new /proc (its own pid namespace: the evaluator's
-processes do not exist there); a minimal /dev (plus the GPU nodes on cuda); and one writable host directory,
-the run's scratch directory (exchange directories, and the Triton cache where the run keeps none), and where
-it keeps one, the candidate file's persistent Triton cache at TRITON_CACHE_MOUNT (harness/triton_cache.py). It runs as uid 65534 in new user,
-pid, ipc, uts, net and cgroup namespaces, with an allow-listed environment. bwrap is itself started with that
-environment: the sandbox's pid 1 is bwrap, and its /proc/1/environ would otherwise hold the evaluator's.
+processes do not exist there); a minimal /dev (plus the GPU nodes on cuda); and, writable, the run's scratch
+directory (exchange directories, and the Triton cache where the run keeps none) and, where it keeps one, the
+candidate file's persistent Triton cache at TRITON_CACHE_MOUNT (harness/triton_cache.py). It runs as uid
+65534 in new user, pid, ipc, uts, net and cgroup namespaces, with an allow-listed environment. bwrap is itself
+started with that environment: the sandbox's pid 1 is bwrap, and its /proc/1/environ would otherwise hold the
+evaluator's.
 """
 
 from __future__ import annotations
@@ -181,8 +182,12 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     if device == "cuda" and visible_device is not None:
         environ = {**environ, "CUDA_VISIBLE_DEVICES": visible_devices(visible_device, environ)}
     scratch = Path(os.path.abspath(scratch))
-    triton_cache = Path(TRITON_CACHE_MOUNT) if file_cache is not None else scratch / "triton-cache"
-    (scratch if file_cache is not None else triton_cache).mkdir(parents=True, exist_ok=True)
+    if file_cache is None:
+        triton_cache = scratch / "triton-cache"
+        triton_cache.mkdir(parents=True, exist_ok=True)
+    else:
+        triton_cache = Path(TRITON_CACHE_MOUNT)
+        scratch.mkdir(parents=True, exist_ok=True)
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(UID), "--gid", str(UID), "--hostname",
             "sandbox", "--die-with-parent", "--new-session",
