@@ -31,13 +31,19 @@ class Model(nn.Module):
         beta = torch.sigmoid(b.float())
         idx = initial_state_indices.long()
         state = initial_state[idx].float()                                   # [b, hv, kd, vd]
-        out = torch.empty_like(v)
+        # what each step reads, laid out token-major and contiguous ahead of the loop, so that a step is five
+        # kernels: a long prefill's reference is a launch-bound loop over its tokens (8k of them in the catalogue)
+        decay = gate.exp().transpose(0, 1)[..., None, None].contiguous()     # [t, b, hv, 1, 1]
+        k_t = kh.transpose(0, 1).unsqueeze(-2).contiguous()                  # [t, b, hv, 1, kd]
+        kb_t = (kh * beta[..., None]).transpose(0, 1).unsqueeze(-1).contiguous()  # beta k, [t, b, hv, kd, 1]
+        q_t = (qh * scale).transpose(0, 1).unsqueeze(-2).contiguous()
+        v_t = v.float().transpose(0, 1).unsqueeze(-2).contiguous()            # [t, b, hv, 1, vd]
+        out_t = torch.empty((t, bsz, hv, 1, v.shape[-1]), dtype=torch.float32, device=v.device)
         for i in range(t):
-            state = state * gate[:, i].exp()[..., None, None]
-            kv = torch.einsum("bhkv,bhk->bhv", state, kh[:, i])
-            delta = (v[:, i].float() - kv) * beta[:, i, :, None]
-            state = state + kh[:, i, :, :, None] * delta[:, :, None, :]
-            out[:, i] = torch.einsum("bhkv,bhk->bhv", state, qh[:, i] * scale).to(v.dtype)
+            state.mul_(decay[i])
+            state.addcmul_(kb_t[i], v_t[i] - k_t[i] @ state)                  # S += beta k (v - Sᵀk)ᵀ
+            torch.matmul(q_t[i], state, out=out_t[i])
+        out = out_t.squeeze(-2).transpose(0, 1).to(v.dtype)
         final = initial_state.float().clone()
         final[idx] = state
         return {"out": out, "final_state": final}
