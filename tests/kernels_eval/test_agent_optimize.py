@@ -138,3 +138,40 @@ def test_the_loop_imports_without_polars_duckdb_msgspec_or_dagster():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[2])
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def _timed(kernels: dict, t_s: float, weight: float = 1.0):
+    from kernels_eval.agent.feedback import Adoption, KernelTime, ProblemFeedback
+
+    return ProblemFeedback(problem_id="p0", operator="paged_attention_decode", weight=weight, stage="done",
+                           compiled=True, correct=True, native=True, error=None, mismatch=None,
+                           adoption=Adoption(native=True, native_fraction=1.0), t_measured_s=t_s, t_event_s=t_s,
+                           kernels=[KernelTime(name=k, time_us=v) for k, v in kernels.items()])
+
+
+def test_a_short_call_of_several_kernels_tries_fewer_launches_before_more_parallelism():
+    from kernels_eval.agent.proposers.search import regime
+
+    src = (REFERENCE / "paged_attention_decode.py").read_text()
+    split = [_timed({"paged_decode_split_kernel": 4.1, "paged_decode_reduce_kernel": 1.9}, 7e-6, 3.0),
+             _timed({"paged_decode_split_kernel": 3.0}, 4e-6, 1.0)]
+    one = [_timed({"paged_decode_split_kernel": 4.1}, 5e-6)]
+    launch = opt.LoopState(operator="paged_attention_decode", accepted_source=src, accepted_time_s=7e-6,
+                           accepted_feedback=split)
+    latency = opt.LoopState(operator="paged_attention_decode", accepted_source=src, accepted_time_s=5e-6,
+                            accepted_feedback=one)
+    assert regime(launch) == "launch" and regime(latency) == "latency"
+
+    def notes(state, n):
+        proposer, out = SearchProposer(), []
+        for _ in range(n):
+            cand = proposer.propose(state)
+            state.tried.add(opt.sha256_text(cand.source))
+            out.append(cand.note)
+        return out
+
+    first = notes(launch, 4)
+    assert all(n.startswith("[launch-bound]") for n in first)
+    # fewer programs/splits, then a larger tile, before anything adds programs
+    assert "TARGET_PROGRAMS 264 -> 132" in first[0] and "BLOCK_N 64 -> 128" in " ".join(first[:3])
+    assert "BLOCK_N 64 -> 32" in notes(latency, 1)[0]

@@ -2,8 +2,10 @@
 num_warps and num_stages, BLOCK_* launch constexprs, upper-case integer tile constants — by rewriting those
 literals in place (found with ast, so formatting and everything else stay as written), one neighbour at a time
 from the accepted file, ordered by the accepted file's regime: memory-bound → larger tiles and deeper
-pipelines first; latency-bound → more programs (smaller tiles), fewer warps; compute-bound → more warps and
-stages. After a dropout it starts again from the accepted file with wider steps and pairs of moves."""
+pipelines first; latency-bound → more programs (smaller tiles), fewer warps; latency-bound with several kernels
+a call (a split launch and its reduction, say) → fewer launches first: fewer programs or splits and larger
+tiles, which can fold a split into one kernel; compute-bound → more warps and stages. After a dropout it
+starts again from the accepted file with wider steps and pairs of moves."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ TILE_NAME = re.compile(r"^(BLOCK|TILE|VEC|CHUNK|SPLIT|GROUP_SIZE)(_[A-Z0-9]+)*$|
 PROGRAMS_NAME = re.compile(r"PROGRAMS|SPLITS|WAVES")
 LIMITS = {"num_warps": (1, 32), "num_stages": (1, 8), "tile": (1, 1 << 16), "programs": (1, 1 << 16)}
 LATENCY_S = 10e-6  # a weighted call shorter than this is dominated by launch and tail, not by the work
+# latency-bound calls of which at least this share of the weight runs two or more kernels pay a launch (and the
+# GPU's gap between kernels) per kernel: fewer launches come before more parallelism
+LAUNCH_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,9 @@ def rewrite(source: str, changes: list[tuple[Site, int]]) -> str:
 
 
 def regime(state: LoopState) -> str:
-    """memory, compute or latency for the accepted file: the time-weighted Nsight Compute bound where the
-    feedback has one, else latency for short calls, else the work model's arithmetic intensity."""
+    """memory, compute, latency or launch for the accepted file: the time-weighted Nsight Compute bound where
+    the feedback has one, else latency for short calls (launch when they run several kernels each), else the
+    work model's arithmetic intensity."""
     votes: dict[str, float] = {}
     for f in state.accepted_feedback:
         for k in f.profile:
@@ -92,8 +98,15 @@ def regime(state: LoopState) -> str:
     if timed and sum(w for w, _ in timed) > 0:
         t = sum(w * s for w, s in timed) / sum(w for w, _ in timed)
         if t < LATENCY_S:
-            return "latency"
+            return "launch" if _multi_kernel_share(state) >= LAUNCH_SHARE else "latency"
     return "memory" if _intensity(state) < 30.0 else "compute"
+
+
+def _multi_kernel_share(state: LoopState) -> float:
+    """The share of the timed problems' weight whose calls run two or more distinct kernels."""
+    counted = [(f.weight or 0.0, len(f.kernels)) for f in state.accepted_feedback if f.kernels]
+    total = sum(w for w, _ in counted)
+    return sum(w for w, n in counted if n >= 2) / total if total > 0 else 0.0
 
 
 def _intensity(state: LoopState) -> float:
@@ -114,6 +127,8 @@ PREFERENCES = {
                ("programs", -1), ("num_stages", -1), ("programs", +1)],
     "latency": [("tile", -1), ("programs", +1), ("num_warps", -1), ("num_stages", -1), ("tile", +1),
                 ("num_warps", +1), ("programs", -1), ("num_stages", +1)],
+    "launch": [("programs", -1), ("tile", +1), ("num_warps", -1), ("num_stages", -1), ("tile", -1),
+               ("programs", +1), ("num_warps", +1), ("num_stages", +1)],
     "compute": [("num_warps", +1), ("num_stages", +1), ("tile", +1), ("num_warps", -1), ("tile", -1),
                 ("num_stages", -1), ("programs", +1), ("programs", -1)],
 }
