@@ -107,8 +107,13 @@ def judge(source: str, operator: str, release, config, weights: dict[str, float]
                      eval_s=took)
 
 
-def decide(j: Judgement, best_time_s: float | None, device: str, min_gain: float) -> tuple[bool, str]:
-    """(accepted, reason) for a judged candidate against the accepted file's weighted time."""
+def decide(j: Judgement, best_time_s: float | None, device: str, min_gain: float,
+           best_s_op: float | None = None) -> tuple[bool, str]:
+    """(accepted, reason) for a judged candidate against the accepted file: its weighted time (what the fleet
+    pays) or its S_op (the median problem's roofline fraction, what the score counts) better by more than
+    `min_gain`, the other no worse by more than `min_gain`. Either alone can mislead: a step that speeds up
+    the few problems holding the weight leaves the median where it was, and one that speeds up the median
+    problem may slow the weighted ones."""
     if not j.rows:
         return False, "no problems were judged"
     bad = [r for r in j.rows if not (r["correct"] and r["native"] and r["stage"] == "done")]
@@ -123,10 +128,17 @@ def decide(j: Judgement, best_time_s: float | None, device: str, min_gain: float
     if best_time_s is None:
         return True, "the first timed, correct and native file"
     gain = 1.0 - j.weighted_time_s / best_time_s
-    if gain > min_gain:
-        return True, f"weighted time {j.weighted_time_s * 1e6:.2f} us, {gain:.1%} faster than the accepted file"
-    return False, (f"weighted time {j.weighted_time_s * 1e6:.2f} us against the accepted {best_time_s * 1e6:.2f} us "
-                   f"({gain:+.1%}; needs more than {min_gain:.1%})")
+    s_gain = (j.s_op / best_s_op - 1.0) if (j.s_op is not None and best_s_op) else None
+    said = (f"weighted time {j.weighted_time_s * 1e6:.2f} us against the accepted {best_time_s * 1e6:.2f} us "
+            f"({gain:+.1%})" + ("" if s_gain is None else f", S_op {j.s_op:.4f} against {best_s_op:.4f} "
+                                                           f"({s_gain:+.1%})"))
+    if s_gain is None:
+        if gain > min_gain:
+            return True, f"{said}: faster by more than {min_gain:.1%}"
+        return False, f"{said}: needs more than {min_gain:.1%}"
+    if (gain > min_gain and s_gain >= -min_gain) or (s_gain > min_gain and gain >= -min_gain):
+        return True, f"{said}: one better by more than {min_gain:.1%}, the other no worse than -{min_gain:.1%}"
+    return False, f"{said}: needs one better by more than {min_gain:.1%} and the other no worse than -{min_gain:.1%}"
 
 
 def _iteration_row(i: int, context: int, proposer: str, cand: Candidate, j: Judgement | None, accepted: bool,
@@ -195,6 +207,7 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
     if not j.all_good:
         reason = f"the starting file itself fails: {reason}"
     best_time = j.weighted_time_s if ok else None
+    best_s_op = j.s_op if ok else None
     state = LoopState(operator=operator, accepted_source=source, accepted_time_s=best_time,
                       accepted_feedback=j.feedback, tried={sha256_text(source)})
     trail.add(_iteration_row(0, 0, "start", base, j, ok, reason, best_time), _problem_rows(0, j, weights))
@@ -215,9 +228,9 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
             break
         state.tried.add(sha256_text(cand.source))
         j = judge(cand.source, operator, release, config, weights, scratch, problems)
-        ok, reason = decide(j, best_time, config.device, min_gain)
+        ok, reason = decide(j, best_time, config.device, min_gain, best_s_op)
         if ok:
-            best_time, stale = j.weighted_time_s, 0
+            best_time, best_s_op, stale = j.weighted_time_s, j.s_op, 0
             state.accepted_source, state.accepted_time_s, state.accepted_feedback = cand.source, best_time, j.feedback
             accepted_steps.append(i)
             if ncu:

@@ -81,10 +81,35 @@ def test_acceptance_needs_correct_native_and_faster():
     assert opt.weighted_time(rows, {"a": 0.75, "b": 0.25}) == pytest.approx(1.5)
 
 
+def test_acceptance_weighs_the_fleets_time_and_the_median_problem():
+    """Three problems, the first holding the weight; S_op is the median problem's roofline fraction."""
+    weights = {"a": 0.98, "b": 0.01, "c": 0.01}
+
+    def j(times, fractions):
+        rows = [{"problem_id": p, "stage": "done", "correct": True, "native": True, "error": None,
+                 "t_measured_s": t, "roofline_fraction": f} for p, t, f in zip("abc", times, fractions)]
+        return opt.Judgement(rows=rows, feedback=[], weighted_time_s=opt.weighted_time(rows, weights),
+                             s_op=opt.s_op(rows), eval_s=0.0)
+
+    base = j([2e-6, 10e-6, 20e-6], [0.05, 0.30, 0.40])
+    weighted_only = j([1.6e-6, 10e-6, 20e-6], [0.0625, 0.30, 0.40])   # weight's problem 20% faster, median same
+    median_only = j([2e-6, 8e-6, 20e-6], [0.05, 0.375, 0.40])       # median problem faster, weighted time same
+    trade = j([1.6e-6, 20e-6, 40e-6], [0.0625, 0.15, 0.20])          # weighted faster, the median halved
+    for cand, expected in ((weighted_only, True), (median_only, True), (trade, False)):
+        ok, reason = opt.decide(cand, base.weighted_time_s, "cuda", 0.02, base.s_op)
+        assert ok is expected, reason
+        assert "S_op" in reason
+    # without S_op (no roofline in the release view) the weighted time alone decides
+    assert opt.decide(weighted_only, base.weighted_time_s, "cuda", 0.02, None)[0]
+    assert not opt.decide(median_only, base.weighted_time_s, "cuda", 0.02, None)[0]
+
+
 def test_search_rewrites_only_the_declared_literals():
     src = (REFERENCE / "mla_decode_attention.py").read_text()
     sites = tunable_sites(src)
-    assert {"num_warps", "num_stages", "BLOCK_N"} <= {s.name for s in sites}
+    assert {"num_warps", "num_stages", "BLOCK_N", "KEYS_PER_SPLIT"} <= {s.name for s in sites}
+    assert {s.name: s.kind for s in sites}["KEYS_PER_SPLIT"] == "tile"
+    assert "LENS_CHUNK" not in {s.name for s in sites}  # a loop chunk of the lengths, not a tile of the work
     site = next(s for s in sites if s.name == "BLOCK_N")
     new = rewrite(src, [(site, site.value * 2)])
     ast.parse(new)
@@ -161,6 +186,13 @@ def test_a_short_call_of_several_kernels_tries_fewer_launches_before_more_parall
     latency = opt.LoopState(operator="paged_attention_decode", accepted_source=src, accepted_time_s=5e-6,
                             accepted_feedback=one)
     assert regime(launch) == "launch" and regime(latency) == "latency"
+    # two kernels of 7 us each in a 14 us call are short kernels; one kernel of 14 us is not
+    two = [_timed({"mla_decode_kernel": 7.0, "mla_decode_merge_kernel": 7.0}, 14e-6)]
+    long = [_timed({"paged_decode_split_kernel": 14.0}, 14e-6)]
+    assert regime(opt.LoopState(operator="paged_attention_decode", accepted_source=src, accepted_time_s=14e-6,
+                                accepted_feedback=two)) == "launch"
+    assert regime(opt.LoopState(operator="paged_attention_decode", accepted_source=src, accepted_time_s=14e-6,
+                                accepted_feedback=long)) in ("memory", "compute")
 
     def notes(state, n):
         proposer, out = SearchProposer(), []

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from kernels_eval.agent.optimize import Candidate, LoopState
 
-TILE_NAME = re.compile(r"^(BLOCK|TILE|VEC|CHUNK|SPLIT|GROUP_SIZE)(_[A-Z0-9]+)*$|_(BLOCK|TILE|COLS|ROWS|ELEMENTS|SIZE)$")
+# tile sizes, and the work of one program or split (KEYS_PER_SPLIT: larger means fewer programs, as a tile)
+TILE_NAME = re.compile(r"^(BLOCK|TILE|VEC|CHUNK|SPLIT|GROUP_SIZE)(_[A-Z0-9]+)*$|_(BLOCK|TILE|COLS|ROWS|ELEMENTS|SIZE)$"
+                       r"|_PER_(SPLIT|PROGRAM|BLOCK|CTA)$")
 PROGRAMS_NAME = re.compile(r"PROGRAMS|SPLITS|WAVES")
 LIMITS = {"num_warps": (1, 32), "num_stages": (1, 8), "tile": (1, 1 << 16), "programs": (1, 1 << 16)}
-LATENCY_S = 10e-6  # a weighted call shorter than this is dominated by launch and tail, not by the work
+LATENCY_S = 10e-6  # a kernel shorter than this (weighted, per kernel of a call) is launch and tail, not work
 # latency-bound calls of which at least this share of the weight runs two or more kernels pay a launch (and the
 # GPU's gap between kernels) per kernel: fewer launches come before more parallelism
 LAUNCH_SHARE = 0.5
@@ -86,15 +88,17 @@ def rewrite(source: str, changes: list[tuple[Site, int]]) -> str:
 
 def regime(state: LoopState) -> str:
     """memory, compute, latency or launch for the accepted file: the time-weighted Nsight Compute bound where
-    the feedback has one, else latency for short calls (launch when they run several kernels each), else the
-    work model's arithmetic intensity."""
+    the feedback has one, else latency for short kernels (launch when most calls run several), else the work
+    model's arithmetic intensity."""
     votes: dict[str, float] = {}
     for f in state.accepted_feedback:
         for k in f.profile:
             votes[k.bound] = votes.get(k.bound, 0.0) + k.time_us * (f.weight or 1.0)
     if votes:
         return max(votes, key=votes.get)
-    timed = [(f.weight or 0.0, f.t_measured_s) for f in state.accepted_feedback if f.t_measured_s]
+    # per kernel of the call: a split launch and its merge at 7 us each are two short kernels, not one long one
+    timed = [(f.weight or 0.0, f.t_measured_s / max(1, len(f.kernels))) for f in state.accepted_feedback
+             if f.t_measured_s]
     if timed and sum(w for w, _ in timed) > 0:
         t = sum(w * s for w, s in timed) / sum(w for w, _ in timed)
         if t < LATENCY_S:
