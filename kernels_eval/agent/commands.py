@@ -238,7 +238,8 @@ def register(subparsers) -> None:
     o.add_argument("--budget", type=int, default=8, help="candidates after the starting file")
     o.add_argument("--proposer", choices=("search", "llm"), default="search")
     o.add_argument("--dropout-after", type=int, default=3, help="restart the proposer after K without improvement")
-    o.add_argument("--min-gain", type=float, default=0.01, help="gain in weighted time or S_op an accepted file must exceed (the other may not lose more)")
+    o.add_argument("--min-gain", type=float, default=0.01,
+                   help="gain in weighted time or S_op an accepted file must exceed (the other may not lose more)")
     o.add_argument("--problems", help="comma-separated problem ids (default: all of the operator's)")
     o.add_argument("--ncu", action="store_true",
                    help="profile each accepted file with Nsight Compute on its heaviest problem (GPU; unsandboxed)")
