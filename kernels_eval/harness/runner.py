@@ -61,9 +61,13 @@ class EvalConfig:
     # the warm-up and repetition (ms) triton.testing.do_bench defaults to in a worker, so in Triton's autotuning
     # (harness/autotune_cache.py: shorter_benchmarks); None: Triton's own (25, 100)
     autotune_bench_ms: tuple[float, float] | None = (5.0, 20.0)
-    timing_budget_s: float = 0.3
+    # seconds of settling and of measuring per problem, each (timing.time_calls); the timing phase is serial on
+    # the device, so this is most of a full evaluation's timing (0.3 s put ~0.6 s a problem into the timed calls)
+    timing_budget_s: float = 0.15
     timing_max_calls: int = 200
-    timed_samples: int = 4  # outputs of timed calls kept (chosen after each call) and judged
+    # outputs of timed calls kept (reservoir-sampled after each call, so unpredictable) and judged in the parent;
+    # each costs an export, a reference call and a compare, serial on the device
+    timed_samples: int = 2
     sample_gb: float = 1.0  # device memory the kept outputs may take; fewer are kept beyond it
     time_reference: bool = False  # also time the PyTorch reference (t_reference_s, speedup); scores use
     # the roofline, and timing the reference cost a full timing per problem

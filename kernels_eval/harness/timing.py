@@ -92,7 +92,7 @@ def shield_cycles(call, next_inputs, calls: int = 5) -> int:
 
 def time_calls(call, input_sets: list[dict], *, refresh=None, warmup: int = 3, min_calls: int = 10,
                max_calls: int = 200, budget_s: float = 0.5, flush=None, markers=None, after_call=None,
-               warmup_s: float = 0.05, settle_tolerance: float = 0.02, settle_blocks: int = 10, retries: int = 2,
+               warmup_s: float = 0.05, settle_tolerance: float = 0.02, settle_blocks: int = 10, retries: int = 1,
                slow_call_s: float = 0.02, benchmarks=None) -> TimedCalls:
     """CUDA-event seconds per call of `call(**inputs)` over the reported run, cycling through `input_sets`;
     `refresh()` (optional) returns a new list of sets with fresh contents whenever every set has been used
