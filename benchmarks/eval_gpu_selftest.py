@@ -30,7 +30,9 @@ import triton.language as tl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from eval_gpu import error_expected  # noqa: E402
 from kernels_eval.harness import spans  # noqa: E402
 from kernels_eval.harness.markers import Markers  # noqa: E402
 from kernels_eval.harness.timing import (L2_FLUSH_BYTES, gpu_profiler, kineto_records, quantiles,  # noqa: E402
@@ -131,7 +133,7 @@ def part_verdicts(release_path: str) -> dict:
         for r in rows:
             got = {k: r[k] for k in expected["verdict"]}
             checked = expected.get("gpu_check") != "largest" or r["problem_id"] == chosen[-1]
-            ok = got == expected["verdict"] and expected.get("error_contains", "") in (r["error"] or "")
+            ok = got == expected["verdict"] and error_expected(expected, "cuda") in (r["error"] or "")
             results.append({"problem_id": r["problem_id"], "checked": checked, "as_expected": ok, "got": got,
                             "error": r["error"], "t_measured_s": r["t_measured_s"],
                             "t_event_s": r.get("t_event_s"), "native_fraction": r["native_fraction"],
