@@ -129,9 +129,10 @@ def _join_convolution_neighbours(events: pl.DataFrame, operators: list[str], kwa
     kernels a GEMM is that convolution's (cuDNN's Winograd runs volta_sgemm between its transforms), and
     beside backward kernels it is backward work (`other`), as a kernel of a backward op is. Unshaped either
     way. Seen in kineto's ResNet-50 training sample, whose kernels launched before the profile's window have
-    no launch row."""
+    no launch row. A convolution's helper kernel that its name alone made `convolution` (MIOpen's transposes,
+    cuDNN's FFT and layout kernels, which its gradients run too) is backward work between two backward kernels."""
     candidates = [i for i, (operator, rule, op) in enumerate(zip(operators, rules, ops))
-                  if operator == "gemm" and op is None and rule.startswith("kernel_rules")]
+                  if operator in ("gemm", "convolution") and op is None and rule.startswith("kernel_rules")]
     if not candidates:
         return
     kernel_rows = (events.select("device", "stream", "ts_ns", "category").with_row_index("row")
@@ -145,7 +146,10 @@ def _join_convolution_neighbours(events: pl.DataFrame, operators: list[str], kwa
             continue
         around = {_conv_or_backward(operators[rows[k - 1]], rules[rows[k - 1]]),
                   _conv_or_backward(operators[rows[k + 1]], rules[rows[k + 1]])}
-        if around == {"convolution"}:
+        if operators[i] == "convolution":
+            if around == {"backward"}:
+                operators[i], kwargs_list[i] = "other", {}
+        elif around == {"convolution"}:
             operators[i], kwargs_list[i] = "convolution", {}
         elif None not in around:
             operators[i], kwargs_list[i] = "other", {}

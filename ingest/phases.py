@@ -233,6 +233,36 @@ def _timeline_steps(events: pl.DataFrame, members: list[int], operators: list[st
     return out
 
 
+# Work that is no serving step, whatever its attention looks like: a training step (autograd's backward
+# nodes, *_backward ops, an optimizer step) and a diffusion pipeline (xDiT's execute_diffusion_* range, a
+# denoising loop, a UNet or VAE; its CLIP text encoder's causal attention is no prefill, and its
+# torch.compile CUDA/HIP graphs replaying attention are no decode). GroupNorm, which no LLM runs, marks
+# the VAE of a diffusion model whose ranges say nothing.
+_NOT_SERVING_NAME = re.compile(r"Backward\d*$|_backward$|^autograd::engine::|^Optimizer\.(step|zero_grad)\b"
+                               r"|(?i:diffusion|denois|(?<![a-z])unet|(?<![a-z])vae(?![a-z])|autoencoder)")
+_NOT_SERVING_OPERATORS = frozenset({"group_norm"})
+
+
+@lru_cache(maxsize=65536)
+def _not_serving_name(name: str | None) -> bool:
+    return bool(name) and _NOT_SERVING_NAME.search(name) is not None
+
+
+def serving_workload(chains: list, annotations: list, operators: list[str]) -> bool:
+    """Whether a trace can hold serving steps at all: False for a training or a diffusion trace (no row of
+    it gets a phase from its attention shapes, its step ranges or its graphs; step annotations still count)."""
+    if _NOT_SERVING_OPERATORS.intersection(operators):
+        return False
+    seen: set[int] = set()
+    for chain in chains:
+        if chain is None or id(chain) in seen:
+            continue
+        seen.add(id(chain))
+        if any(map(_not_serving_name, chain)):
+            return False
+    return not any(map(_not_serving_name, set(annotations)))
+
+
 def _boundary(chain, annotation) -> str | None:
     """The per-step range a row runs under: the outermost range of its stack (ProfilerStep#N, a
     repeated `execute_model`, a top-level `nn.Module: X` forward), never an operator (`aten::…`)."""
@@ -296,6 +326,8 @@ def assign_phases(
     # calls disagree stays unknown.
     undecided = [i for i in range(n) if rule[i] == "none"]
     if not undecided:  # every row's step is marked: the rules below change only rows left undecided
+        return phase, rule
+    if not serving_workload(chains, annotations, operators):
         return phase, rule
     groups, full = _shape_groups(events, operators, undecided)
     for members in groups.values():

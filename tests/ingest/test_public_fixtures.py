@@ -251,3 +251,68 @@ def test_rocprofv3_json_memory_copies_conserve_time_on_their_gpu(tmp_path):
     assert got["dur_ns"].to_list() == [4_321, 777, 1_234]
     assert got["device"].to_list() == [1, 1, 1]  # gpu1 is GPU index 1: the destination, the source to host, dst
     assert set(got["operator"]) == {"memcpy"}
+
+
+@pytest.mark.parametrize("name", ["sd35_diffusion_mi300_clip.json.gz", "flux_diffusion_mi300_graphs.json.gz"])
+def test_diffusion_pipelines_get_no_serving_phase(name):
+    """xDiT on MI300X: SD 3.5's CLIP text encoder runs causal SDPA (once read as prefill) and Flux's
+    torch.compile HIP graphs replay attention (once read as FULL-graph decode); neither is a serving step."""
+    ev = ingest_trace(PUBLIC / name).events
+    assert ev.filter(pl.col("operator").is_in(["unified_attention", "attention_forward"])).height
+    assert set(ev["phase"]) == {"unknown"} and set(ev["phase_rule"]) == {"none"}
+
+
+def test_training_or_group_norm_is_no_serving_workload():
+    from ingest.phases import serving_workload
+    assert serving_workload([["ProfilerStep#1", "aten::mm"]], [None], ["gemm"])
+    assert not serving_workload([["ProfilerStep#1", "autograd::engine::evaluate_function: MmBackward0"]], [None], ["other"])
+    assert not serving_workload([["ProfilerStep#3", "execute_diffusion_1_256x256"]], [None], ["gemm"])
+    assert not serving_workload([["aten::conv2d"]], [None], ["group_norm", "convolution"])
+
+
+def test_inductor_kernel_named_after_sdpa_is_not_attention():
+    ev = ingest_trace(PUBLIC / "sd35_diffusion_mi300_inductor_sdpa.json.gz").events
+    poi = ev.filter(pl.col("kernel").str.starts_with("triton_poi_fused__scaled_dot_product_flash_attention"))
+    assert poi.height and set(poi["operator"]) == {"other"}
+    assert set(ev.filter(pl.col("kernel") == "attn_fwd")["operator"]) == {"attention_forward"}
+
+
+def test_fused_rms_norm_kernel_is_rms_norm_by_op_and_by_name():
+    ev = ingest_trace(PUBLIC / "normalization_layers_mi300.json.gz").events
+    tax = load_taxonomy()
+    rms = ev.filter(pl.col("op") == "aten::_fused_rms_norm")
+    assert rms.height and set(rms["operator"]) == {"rms_norm"}
+    for kernel in rms["kernel"].unique():
+        assert tax.operator_of_kernel(kernel) == "rms_norm", kernel
+    layer = ev.filter(pl.col("op") == "aten::native_layer_norm")
+    for kernel in layer["kernel"].unique():
+        assert tax.operator_of_kernel(kernel) == "layer_norm", kernel
+
+
+def test_cudnn_fft_convolution_kernels_are_convolution_without_their_op(tmp_path):
+    """kineto's ResNet-50 autograd sample (V100): cuDNN's FFT convolution (fft2d_r2c, flip_filter, volta_cgemm,
+    gcgemm, cuBLAS' complex transpose) under aten::cudnn_convolution, and the same kernels with the op stack cut
+    away: one operator whichever path names them, never gemm."""
+    path = PUBLIC / "resnet50_train_v100_fft_conv.json.gz"
+    ev = ingest_trace(path).events
+    conv = ev.filter((pl.col("op") == "aten::cudnn_convolution") & (pl.col("category") == "kernel"))
+    assert conv.filter(pl.col("kernel").str.contains("fft2d_r2c|cgemm")).height
+    assert set(conv["operator"]) == {"convolution"}
+    tax = load_taxonomy()
+    for kernel in conv["kernel"].unique():
+        assert tax.operator_of_kernel(kernel) == "convolution", kernel
+    doc = load(path)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cpu_op"]
+    bare = ingest_trace(save(doc, tmp_path / "no_ops.json.gz")).events
+    assert set(bare.filter(pl.col("kernel").is_in(conv["kernel"].unique().implode()))["operator"]) == {"convolution"}
+
+
+def test_miopen_and_ck_convolution_helpers_are_convolution_by_name():
+    tax = load_taxonomy()
+    for kernel in ("batched_transpose_32x32_half", "transpose_NCHW2CNHW_V2_2D_WG_off64", "SubTensorOpWithScalar1d", "Im2d2Col_v2",
+                   "_ZN2ck16tensor_operation6device12_GLOBAL__N_149kernel_grouped_conv_fwd_multiple_abd_xdl_cshuffleINS_"):
+        assert tax.operator_of_kernel(kernel) == "convolution", kernel
+    assert tax.operator_of_kernel("void (anonymous namespace)::groupnorm_kernel_dispatch_down<__hip_bfloat16, 1024u>(unsigned") == "group_norm"
+    # the MI300 training cut: op-less helpers between backward kernels stay backward work
+    mi300 = ingest_trace(PUBLIC / "resnet_train_mi300_bwd.json.gz").events
+    assert not mi300.filter(pl.col("kernel").str.contains("bwd_weight|igemm_bwd|igemm_wrw") & (pl.col("operator") != "other")).height
