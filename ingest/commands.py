@@ -35,7 +35,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
         return 2
     if len(paths) == 1 and not args.cluster and str(paths[0]).endswith((".json", ".json.gz")):
-        prefetch(paths[0])  # one trace, read here: its gunzip overlaps the imports below
+        # one trace, read here: its gunzip (and a large one's GPU side, ingest/kineto_split.py) overlap the imports below
+        prefetch(paths[0], split=True)
     from ingest.pipeline import gc_paused
 
     with gc_paused():  # the frame library's modules: ~30k objects that live to the end of the process

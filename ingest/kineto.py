@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from ingest.kineto_json import (
     GPU,
     GPU_ARGS,
-    GPU_KINDS,
     LAUNCH,
     LAUNCH_ARGS,
     OP_ARGS,
@@ -27,10 +27,24 @@ from ingest.kineto_json import (
     Malformed,
     OpArgs,
     Phase,
+    TAGGED_DOCUMENT,
     decode_document,
+    first_float_ts,
     name_of,
     names,
+    needs_exact_time,
 )
+from ingest.kineto_fields import (
+    GpuFields,
+    LaunchFields,
+    field,
+    gpu_fields,
+    launch_fields,
+    no_none,
+    range_fields,
+    sort_roles,
+)
+from ingest.kineto_split import Helper, head_text
 from ingest.tracefile import TraceBytes, TraceError, trace_id_of  # noqa: F401  (TraceError, trace_id_of re-exported)
 
 
@@ -75,7 +89,7 @@ class CpuRanges:
 
     def names(self, rows: list[int]) -> list[str]:
         """The names of the given ranges; Malformed if one is not a string."""
-        return _no_none(names(list(map(attrgetter("name"), map(self.events.__getitem__, rows)))))
+        return no_none(names(list(map(attrgetter("name"), map(self.events.__getitem__, rows)))))
 
 
 @dataclass(slots=True)
@@ -101,7 +115,7 @@ class KinetoTrace:
         """External id and raw shape args of the given CPU ranges, or a TraceError naming a malformed one."""
         events = list(map(self.ranges.events.__getitem__, rows))
         try:
-            return OP_ARGS.column(_field(events, "args"))
+            return OP_ARGS.column(field(events, "args"))
         except Malformed:
             for event in events:
                 OP_ARGS.of(self.path, event)
@@ -122,6 +136,11 @@ def read_kineto(source: str | Path | TraceBytes) -> KinetoTrace:
     source = source if isinstance(source, TraceBytes) else TraceBytes(source)
     path = source.path
     trace_id, text = source.result()
+    helper = source.take_helper()
+    if helper is not None:
+        trace = read_split(path, trace_id, text, helper)
+        if trace is not None:
+            return trace
     doc = decode_document(path, text)
     del text
     base = doc.baseTimeNanoseconds
@@ -138,78 +157,71 @@ def read_kineto(source: str | Path | TraceBytes) -> KinetoTrace:
     return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(doc.traceEvents))
 
 
+
+def read_split(path: str | Path, trace_id: str, text: bytes, helper: Helper) -> KinetoTrace | None:
+    """read_kineto's trace with its GPU activities and launch rows from the helper process that decoded the part
+    after the CPU ranges meanwhile (ingest/kineto_split.py); None where that does not apply (read_kineto then
+    decodes the whole file, and names any problem)."""
+    at = helper.split()
+    if at is None:
+        return None
+    try:
+        head = TAGGED_DOCUMENT.decode(head_text(text, at))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        helper.cancel()
+        return None
+    gpu, launch, cpu = sort_roles(head.traceEvents)
+    if gpu or launch:
+        helper.cancel()
+        return None
+    answer = helper.answer()
+    if answer is None or answer[0] != at:
+        return None
+    _, gpu_side, launch_side, tail_base, tail_events, tail_first_ts = answer
+    base = head.baseTimeNanoseconds
+    if base is not None and tail_base is not None:
+        return None  # a document naming its base time twice: the whole-file decode reads it as written
+    base = tail_base if base is None else base
+    first_ts = first_float_ts(head.traceEvents)
+    if base is None and needs_exact_time(tail_first_ts if first_ts is None else first_ts):
+        return None
+    base_ns = int(base) if base is not None else 0
+    try:
+        activities = _activities(GpuFields(*gpu_side), base_ns)
+        launches = _launches(LaunchFields(*launch_side), base_ns)
+        ranges = _ranges(cpu, base_ns)
+    except (Malformed, OverflowError):
+        return None
+    if not activities.name:
+        return None
+    return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(head.traceEvents) + tail_events)
+
+
 _LIMIT_US = 9 * 10**15  # ns of µs beyond it come near the end of int64 (year 2255 in epoch time)
-_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
-_LAUNCH_FIELDS = ("name", "pid", "tid", "ts", "dur", "args")
-_RANGE_FIELDS = ("pid", "tid", "ts", "dur")
 
 
 def _columns(events: list, base_ns: int) -> tuple[GpuActivities, LaunchRows, CpuRanges]:
-    # Per-event Python work is what a 100 MB trace costs; here there is one loop that sorts events
-    # by role, then whole columns are converted at once.
-    gpu, launch, cpu = [], [], []
-    append_to = {GPU: gpu.append, LAUNCH: launch.append, RANGE: cpu.append}
-    append_of = {cat: append_to[role] for cat, role in ROLES.items()}.get
-    x = Phase.X
-    for event in events:
-        append = append_of(event.cat)
-        if append is not None and event.ph is x:
-            append(event)
+    gpu, launch, cpu = sort_roles(events)
+    return _activities(gpu_fields(gpu), base_ns), _launches(launch_fields(launch), base_ns), _ranges(cpu, base_ns)
 
-    name, cat, pid, tid, ts, dur, raw = _fields(gpu, _FIELDS)
-    args = GPU_ARGS.column(raw)
-    ts_ns, dur_ns = _times(ts, dur, base_ns)
-    activities = GpuActivities(
-        name=name,
-        category=list(map(GPU_KINDS.__getitem__, cat)),
-        ts_ns=ts_ns,
-        dur_ns=dur_ns,
-        device=_ids(_field(args, "device"), pid),
-        stream=_ids(_field(args, "stream"), tid),
-        correlation=_field(args, "correlation"),
-        external_id=_field(args, "external_id"),
-        graph_node=list(map(bool, _field(args, "graph_id"))),
-    )
 
-    name, pid, tid, ts, dur, raw = _fields(launch, _LAUNCH_FIELDS)
-    args = LAUNCH_ARGS.column(raw)
-    correlation = _field(args, "correlation")
-    row_of = dict(zip(correlation, range(len(correlation))))
+def _activities(f: GpuFields, base_ns: int) -> GpuActivities:
+    ts_ns, dur_ns = _times(f.ts, f.dur, base_ns)
+    return GpuActivities(f.name, f.category, ts_ns, dur_ns, f.device, f.stream, f.correlation, f.external_id,
+                         f.graph_node)
+
+
+def _launches(f: LaunchFields, base_ns: int) -> LaunchRows:
+    row_of = dict(zip(f.correlation, range(len(f.correlation))))
     row_of.pop(None, None)
-    launches = LaunchRows(
-        name=name,
-        thread=list(zip(pid, tid)),
-        ts_ns=_times(ts, dur, base_ns)[0],
-        external_id=_field(args, "external_id"),
-        row_of=row_of,
-    )
+    return LaunchRows(name=f.name, thread=list(zip(f.pid, f.tid)), ts_ns=_times(f.ts, f.dur, base_ns)[0],
+                      external_id=f.external_id, row_of=row_of)
 
-    pid, tid, ts, dur = _fields(cpu, _RANGE_FIELDS)
+
+def _ranges(cpu: list, base_ns: int) -> CpuRanges:
+    pid, tid, ts, dur = range_fields(cpu)
     start_ns, dur_ns = _times(ts, dur, base_ns)
-    ranges = CpuRanges(ts_ns=start_ns, end_ns=start_ns + dur_ns, thread_rows=_rows_by_thread(pid, tid), events=cpu)
-    return activities, launches, ranges
-
-
-def _fields(events: list, fields: tuple[str, ...]) -> list[list]:
-    columns = [_field(events, f) for f in fields]
-    if fields[0] == "name":
-        columns[0] = _no_none(names(columns[0]))
-    return columns
-
-
-def _field(items: list, name: str) -> list:
-    return list(map(attrgetter(name), items))
-
-
-def _ids(values: list, fallbacks: list) -> list[int]:
-    """Device or stream ids: ints as written, else parsed from a string, else the event's pid/tid."""
-    if set(map(type, values)) <= {int}:
-        return values
-    return [v if type(v) is int else _int(v, _int(f, 0)) for v, f in zip(values, fallbacks)]
-
-
-def _no_none(names: list) -> list[str]:
-    return [n or "" for n in names] if None in names else names
+    return CpuRanges(ts_ns=start_ns, end_ns=start_ns + dur_ns, thread_rows=_rows_by_thread(pid, tid), events=cpu)
 
 
 def _times(ts: list, dur: list, base_ns: int) -> tuple[pl.Series, pl.Series]:
@@ -274,16 +286,3 @@ def _reject(path, event, role) -> None:
     if event.dur is None:
         raise TraceError(path, f"{what} event {name_of(event)!r} at ts={event.ts} has no duration")
     raise TraceError(path, f"{what} event {name_of(event)!r} at ts={event.ts} has negative duration {event.dur}")
-
-
-def _int(value, fallback):
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            return fallback
-    return fallback
-
-

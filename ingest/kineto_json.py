@@ -250,7 +250,7 @@ def name_of(event: Event) -> str | None:
 
 _DOCUMENT = msgspec.json.Decoder(Document)
 _EVENT_LIST = msgspec.json.Decoder(list[Event])
-_TAGGED_DOCUMENT = msgspec.json.Decoder(_TaggedDocument)
+TAGGED_DOCUMENT = msgspec.json.Decoder(_TaggedDocument)
 _TAGGED_EVENT_LIST = msgspec.json.Decoder(list[_TaggedEvent])
 _EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
 _EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
@@ -284,15 +284,24 @@ def _decode_tagged(data: bytes, bare: bool) -> Document | None:
     try:
         if bare:
             return Document(traceEvents=_TAGGED_EVENT_LIST.decode(data))
-        return _TAGGED_DOCUMENT.decode(data)
+        return TAGGED_DOCUMENT.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
 
 
 def _needs_exact_time(doc: Document) -> bool:
-    if doc.baseTimeNanoseconds is not None:
-        return False
-    for event in doc.traceEvents:
+    return doc.baseTimeNanoseconds is None and needs_exact_time(first_float_ts(doc.traceEvents))
+
+
+def first_float_ts(events: list) -> float | None:
+    """The timestamp of the first phase-X event whose timestamp is a float (None: there is none)."""
+    for event in events:
         if event.ph is Phase.X and type(event.ts) is float:
-            return event.ts > _FLOAT_EXACT_LIMIT_US
-    return False
+            return event.ts
+    return None
+
+
+def needs_exact_time(first_ts: float | None) -> bool:
+    """Whether a trace without a base time, whose first float timestamp is `first_ts`, must be read with exact
+    (decimal) timestamps: absolute epoch µs whose ns digits a float drops."""
+    return first_ts is not None and first_ts > _FLOAT_EXACT_LIMIT_US

@@ -77,6 +77,7 @@ def _read_events(path: str | Path) -> pl.DataFrame:
     if is_rocprof_json(trace_bytes.head()):
         from ingest.rocprof_json import read_rocprof_json
 
+        trace_bytes.drop_helper()
         trace_id, text = trace_bytes.result()
         return read_rocprof_json(path, text, trace_id)
     return attribute(read_kineto(trace_bytes))

@@ -149,8 +149,12 @@ class TraceBytes:
     pipeline.read_events).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, start_helper=None):
         self.path = trace_name(path)
+        # ingest.kineto_split.start_helper: called with the text once gunzipped, for a helper process that
+        # decodes the trace's GPU side meanwhile (kept in _helper for the reader)
+        self._start_helper = start_helper
+        self._helper = None
         self._outcome: tuple[str, bytes] | Exception | None = None
         self._trace_id: str | None = None
         self._hashed = threading.Event()  # set once the bytes are hashed (or reading failed), before the gunzip
@@ -165,7 +169,10 @@ class TraceBytes:
                 raise TraceError(self.path, f"cannot read ({exc.strerror or exc})") from None
             self._trace_id = trace_id_of(raw)
             self._hashed.set()
-            self._outcome = (self._trace_id, decompress(self.path, raw))
+            text = decompress(self.path, raw)
+            if self._start_helper is not None:
+                self._helper = self._start_helper(text)
+            self._outcome = (self._trace_id, text)
         except Exception as exc:  # raised again in the caller's thread by result()
             self._outcome = exc
         finally:
@@ -181,6 +188,20 @@ class TraceBytes:
         self._worker.join()
         return b"" if isinstance(self._outcome, Exception) or self._outcome is None else self._outcome[1][:n]
 
+    def take_helper(self):
+        """The helper process started for this file once read (the reader that takes it answers for it), or None;
+        call after result()."""
+        helper, self._helper = self._helper, None
+        return helper
+
+    def drop_helper(self) -> None:
+        """Stop the helper process, where one was started and no reader took it (none is started after this)."""
+        self._start_helper = None
+        self._worker.join()
+        helper = self.take_helper()
+        if helper is not None:
+            helper.cancel()
+
     def result(self) -> tuple[str, bytes]:
         """The file's trace id and JSON text, once read; the worker's error is raised here."""
         self._worker.join()
@@ -195,9 +216,14 @@ class TraceBytes:
 _PREFETCHED: dict[str, TraceBytes] = {}
 
 
-def prefetch(path: str | Path) -> None:
-    """Start reading `path` now; the next `take(path)` gets it."""
-    _PREFETCHED[str(path)] = TraceBytes(path)
+def prefetch(path: str | Path, split: bool = False) -> None:
+    """Start reading `path` now; the next `take(path)` gets it. With `split`, a large local Kineto trace also gets
+    a helper process that decodes its GPU side on another core (ingest/kineto_split.py): for a process that
+    reads this one trace alone."""
+    start_helper = None
+    if split and str(path).endswith((".json", ".json.gz")):
+        from ingest.kineto_split import start_helper  # imported here: the helper it forks imports nothing
+    _PREFETCHED[str(path)] = TraceBytes(path, start_helper)
 
 
 def prefetched_id(path: str | Path) -> str | None:
@@ -213,5 +239,7 @@ def take(path: str | Path) -> TraceBytes:
 
 
 def drop_prefetched() -> None:
-    """Forget prefetched traces no reader took (a trace the store already held)."""
+    """Forget prefetched traces no reader took (a trace the store already held), and stop their helpers."""
+    for trace_bytes in _PREFETCHED.values():
+        trace_bytes.drop_helper()
     _PREFETCHED.clear()
