@@ -42,8 +42,10 @@ CONTENDERS = {
     ),
     "hotshape ingest (CLI)": (
         "hotshape",
-        # `hotshape ingest TRACE --out DIR`: read, attribute, classify, write the store and its views.
-        "import sys, tempfile; from pipelines.cli import main; main(['ingest', sys.argv[1], '--out', tempfile.mkdtemp()])",
+        # `hotshape ingest TRACE --out DIR` as the installed command runs it (its entry point, `sys.exit(main())`):
+        # read, attribute, classify, write the store and its views.
+        "import sys, tempfile; sys.argv = ['hotshape', 'ingest', sys.argv[1], '--out', tempfile.mkdtemp()];"
+        "from pipelines.cli import main; sys.exit(main())",
     ),
     "HTA TraceAnalysis": (
         "hta",

@@ -71,6 +71,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         from ingest.report import report_dir
 
         print(report_dir(Path(args.out)))
+    args.exit_at_once = not args.cluster  # everything is written and closed; no Dask client to close
     return 0 if summary["traces"] else 1
 
 

@@ -55,10 +55,11 @@ def sort_roles(events: list) -> tuple[list, list, list]:
     return gpu, launch, cpu
 
 
-def gpu_fields(gpu: list) -> GpuFields:
-    """The columns of GPU activity events; Malformed if a name or args are."""
-    name, cat, pid, tid, ts, dur, raw = fields(gpu, _FIELDS)
-    args = GPU_ARGS.column(raw)
+def gpu_fields(gpu: list, decoded: bool = False) -> GpuFields:
+    """The columns of GPU activity events (`decoded`: their names and args are decoded already, as
+    kineto_json.DecodedXEvent's); Malformed if a name or args are."""
+    name, cat, pid, tid, ts, dur, args = fields(gpu, _FIELDS, decoded)
+    args = args if decoded else GPU_ARGS.column(args)
     return GpuFields(
         name=name,
         category=list(map(GPU_KINDS.__getitem__, cat)),
@@ -72,10 +73,10 @@ def gpu_fields(gpu: list) -> GpuFields:
     )
 
 
-def launch_fields(launch: list) -> LaunchFields:
-    """The columns of launch-row events; Malformed if a name or args are."""
-    name, pid, tid, ts, dur, raw = fields(launch, _LAUNCH_FIELDS)
-    args = LAUNCH_ARGS.column(raw)
+def launch_fields(launch: list, decoded: bool = False) -> LaunchFields:
+    """The columns of launch-row events (`decoded` as for gpu_fields); Malformed if a name or args are."""
+    name, pid, tid, ts, dur, args = fields(launch, _LAUNCH_FIELDS, decoded)
+    args = args if decoded else LAUNCH_ARGS.column(args)
     return LaunchFields(name, pid, tid, ts, dur, field(args, "external_id"), field(args, "correlation"))
 
 
@@ -84,12 +85,20 @@ def range_fields(cpu: list) -> list[list]:
     return fields(cpu, _RANGE_FIELDS)
 
 
-def fields(events: list, names_of: tuple[str, ...]) -> list[list]:
-    """One list per field of `events`; a `name` field first is decoded to strings (None as "")."""
+def fields(events: list, names_of: tuple[str, ...], decoded: bool = False) -> list[list]:
+    """One list per field of `events`; a `name` field first as strings (None as ""), decoded from its JSON text
+    unless `decoded`."""
     columns = [field(events, f) for f in names_of]
     if names_of[0] == "name":
-        columns[0] = no_none(names(columns[0]))
+        columns[0] = no_none(_shared(columns[0]) if decoded else names(columns[0]))
     return columns
+
+
+def _shared(values: list) -> list:
+    """The values with equal strings made one object, as `names` gives them (a column repeats a few dozen
+    kernel names thousands of times: one object each is what the frame library and marshal then handle once)."""
+    first: dict = {}
+    return list(map(first.setdefault, values, values))
 
 
 def field(items: list, name: str) -> list:

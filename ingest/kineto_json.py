@@ -123,6 +123,36 @@ class _TaggedDocument(msgspec.Struct, gc=False):
     baseTimeNanoseconds: Union[int, float, None] = None
 
 
+class AnyArgs(msgspec.Struct, gc=False):
+    """The args of a GPU activity or a launch row decoded in the event itself (GpuArgs' fields, which hold
+    LaunchArgs' too)."""
+
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    correlation: Union[int, None] = None
+    device: _Scalar = None
+    stream: _Scalar = None
+    graph_id: _Scalar = msgspec.field(default=None, name="graph id")
+
+
+class DecodedXEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """An XEvent whose name and args are decoded with it: for a part of a trace that holds no CPU ranges (whose
+    args would be kept raw), decoded where raw JSON would have to be copied (kineto_split's helper)."""
+
+    ph: ClassVar[Phase] = Phase.X
+    cat: Union[Category, None] = None
+    name: Union[str, None] = None
+    pid: _Scalar = None
+    tid: _Scalar = None
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: AnyArgs = msgspec.field(default_factory=AnyArgs)
+
+
+class DecodedDocument(msgspec.Struct, gc=False):
+    traceEvents: list[Union[(DecodedXEvent, *_TaggedEvent.__args__[1:])]]
+    baseTimeNanoseconds: Union[int, float, None] = None
+
+
 class _ExactEvent(Event):
     # Absolute epoch µs (~1.7e15) with ns fractions need 19 significant digits, more than a
     # float64 holds (PyTorch nightlies of 2024 wrote them): read those timestamps as decimals.
@@ -251,6 +281,7 @@ def name_of(event: Event) -> str | None:
 _DOCUMENT = msgspec.json.Decoder(Document)
 _EVENT_LIST = msgspec.json.Decoder(list[Event])
 TAGGED_DOCUMENT = msgspec.json.Decoder(_TaggedDocument)
+DECODED_DOCUMENT = msgspec.json.Decoder(DecodedDocument)
 _TAGGED_EVENT_LIST = msgspec.json.Decoder(list[_TaggedEvent])
 _EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
 _EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])

@@ -24,6 +24,7 @@ speed; the plain version is the whole-file decode (oracle: tests/ingest/test_kin
 
 from __future__ import annotations
 
+import ctypes
 import marshal
 import os
 import re
@@ -40,7 +41,7 @@ from ingest.kineto_json import (
     GPU_CATEGORIES,
     LAUNCH_CATEGORIES,
     OP_CATEGORIES,
-    TAGGED_DOCUMENT,
+    DECODED_DOCUMENT,
     Malformed,
     first_float_ts,
 )
@@ -102,35 +103,49 @@ def head_text(text: bytes, at: int) -> bytes:
 
 
 def tail_text(text: bytes, at: int) -> bytes:
-    """The events after the comma at `at` in a document of their own (what follows the array stays as written)."""
+    """The events after the comma at `at` in a document of their own (what follows the array stays as written):
+    the plain version of the helper's _tail_in_place."""
     return b"".join((_TAIL_START, memoryview(text)[at + 1:]))
 
 
-def tail_columns(text: bytes, at: int) -> tuple | None:
+def _tail_columns(text: bytes, at: int) -> tuple | None:
     """The columns of the events after the comma at `at`: GpuFields and LaunchFields as plain tuples of lists,
     the document's baseTimeNanoseconds where it follows the array, the number of events after the comma and
     the first float timestamp of a phase-X event among them; None where that part does not parse, holds a
-    CPU range or a malformed event."""
+    CPU range or a malformed event. Called in the helper: it opens the part's document in the text itself."""
     try:
-        doc = TAGGED_DOCUMENT.decode(tail_text(text, at))
+        doc = DECODED_DOCUMENT.decode(_tail_in_place(text, at))
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     gpu, launch, cpu = sort_roles(doc.traceEvents)
     if cpu:
         return None
     try:
-        columns = tuple(gpu_fields(gpu)), tuple(launch_fields(launch))
+        columns = tuple(gpu_fields(gpu, decoded=True)), tuple(launch_fields(launch, decoded=True))
     except Malformed:
         return None
     return (*columns, doc.baseTimeNanoseconds, len(doc.traceEvents), first_float_ts(doc.traceEvents))
 
 
+def _tail_in_place(text: bytes, at: int) -> memoryview:
+    """tail_text without copying 30 MB: `{"traceEvents":[` written over the bytes just before the first event after
+    the comma, the text viewed from there. Only in the helper: its text is its own copy of the reading
+    process's pages (copy on write), read by nothing else, and the helper exits once it has answered. Events
+    are decoded with their names and args (kineto_json.DecodedXEvent), so nothing decoded keeps a view of it."""
+    start = at + 1 - len(_TAIL_START)
+    if start < 0:
+        raise msgspec.DecodeError("no room before the split")  # the caller reads the part as not parsing
+    address = ctypes.cast(ctypes.c_char_p(text), ctypes.c_void_p).value
+    ctypes.memmove(address + start, _TAIL_START, len(_TAIL_START))
+    return memoryview(text)[start:]
+
+
 def _serve(text: bytes, fd: int) -> None:
     """The helper's work: the split offset (8 bytes, -1 for none) as soon as it is known, then the marshalled
-    answer, tail_columns(...) with the offset first, or None."""
+    answer, _tail_columns(...) with the offset first, or None."""
     at = split_at(text)
     _write_all(fd, struct.pack("<q", -1 if at is None else at))
-    columns = tail_columns(text, at) if at is not None else None
+    columns = _tail_columns(text, at) if at is not None else None
     _write_all(fd, marshal.dumps((_PROTOCOL, None if columns is None else (at, *columns))))
 
 

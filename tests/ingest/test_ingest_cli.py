@@ -143,3 +143,16 @@ def test_a_sub_command_imports_only_the_command_modules_up_to_its_own():
     assert COMMAND_MODULES[0] == "ingest.commands" and len(every) > 10
     for word in every:
         assert word in commands(build_parser([word]))
+
+
+def test_the_command_run_as_a_process_exits_with_its_status_and_all_its_output(tmp_path):
+    """Run as its own process, `hotshape ingest` leaves by os._exit once everything is written: stdout and stderr
+    are flushed first, and the status is the command's (1: nothing ingested, the bad trace quarantined)."""
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 not gzip")
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", str(bad), "--out", str(tmp_path / "s"), "--json"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["traces"] == [] and [q["path"] for q in summary["quarantined"]] == [str(bad)]
+    assert json.loads((tmp_path / "s" / "quarantined.json").read_text())

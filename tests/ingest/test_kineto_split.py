@@ -45,9 +45,11 @@ def _split_read(path: Path):
     """read_split on `path` with a helper forked for its text (whatever its size), and the helper's pid."""
     raw = path.read_bytes()
     text = decompress(path, raw)
+    before = hashlib.sha256(text).digest()
     helper = kineto_split.Helper(text)
     pid = helper._pid
     trace = read_split(path, trace_id_of(raw), text, helper)
+    assert hashlib.sha256(text).digest() == before  # the helper writes into its own copy of the text only
     return trace, pid
 
 
