@@ -119,8 +119,13 @@ def main() -> int:
         wall_ratio = f"{hta['wall_s'] / r['wall_s']:.1f}x" if hta else "-"
         cpu_ratio = f"{hta['cpu_s'] / r['cpu_s']:.1f}x" if hta else "-"
         print(f"{r['contender']:<26}{r['wall_s']:>8.2f}{r['cpu_s']:>8.2f}{r['peak_rss_mb']:>13.0f}{wall_ratio:>13}{cpu_ratio:>12}")
+    cli, hta_runs = runs_of.get("hotshape ingest (CLI)"), runs_of.get("HTA TraceAnalysis")
+    round_ratios = [round(h[0] / c[0], 2) for h, c in zip(hta_runs, cli)] if cli and hta_runs else []
+    if round_ratios:  # each round runs both once, back to back: the ratio a load change hits least
+        print(f"CLI vs HTA round by round: {round_ratios} (median {statistics.median(round_ratios):.1f}x)")
     if args.json:
         doc = {"trace": str(args.trace), "json_mb": raw_mb, "repeats": args.repeats, "load_average": load,
+               "cli_vs_hta_by_round": round_ratios,
                "uptime_load_before": [round(x, 2) for x in uptime_before],
                "uptime_load_after": [round(x, 2) for x in uptime_after], "rows": rows}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
