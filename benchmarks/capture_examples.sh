@@ -20,6 +20,8 @@ cap --model llama3-8b --layers 2 --batch 4 --prompt-len 256 --decode-steps 4 --c
 cap --model deepseek-v2-lite --batch 8 --prompt-len 256 --decode-steps 4 --annotate --out $ex/deepseek-v2-lite/eager.json.gz
 # A large trace for the ingest benchmark: Python stacks on, as vLLM profiles by default.
 cap --model llama3-8b --layers 16 --batch 8 --prompt-len 512 --decode-steps 24 --with-stack --annotate --out $work/bench/llama3-8b-stack.json.gz
+# A large MoE trace for the 10x ingest benchmark (benchmarks/data/qwen3-30b-a3b-moe.json.gz, 59.6 MB of JSON).
+cap --model qwen3-30b-a3b --layers 12 --batch 8 --prompt-len 256 --decode-steps 16 --annotate --out $work/bench/qwen3-30b-a3b-moe.json.gz
 (cd $work && find . -type f -exec ls -l {} \; | tee -a "$log")
 tar -C $work -cf $OUT/captures.tar .
 tail -40 "$log"
