@@ -47,11 +47,9 @@ from ingest.kineto_json import (
 )
 
 # The first event of the block after the CPU ranges names one of these categories.
-_GPU_SIDE = re.compile(
-    rb'"cat"\s*:\s*"(?:' + b"|".join(re.escape(c.encode()) for c in (*GPU_CATEGORIES, *LAUNCH_CATEGORIES)) + rb')"'
-)
-_CATEGORY = re.compile(rb'"cat"\s*:\s*"([^"\\]*)"')
 _GPU_SIDE_CATEGORIES = frozenset(c.encode() for c in (*GPU_CATEGORIES, *LAUNCH_CATEGORIES))
+_GPU_SIDE = re.compile(rb'"cat"\s*:\s*"(?:' + b"|".join(map(re.escape, sorted(_GPU_SIDE_CATEGORIES))) + rb')"')
+_CATEGORY = re.compile(rb'"cat"\s*:\s*"([^"\\]*)"')
 _RANGE_CATEGORIES = frozenset(c.encode() for c in (*OP_CATEGORIES, *ANNOTATION_CATEGORIES))
 _WINDOW = 2**16
 _HEAD_END = b"]}"  # closes the traceEvents array and the document after the last CPU range
@@ -102,12 +100,6 @@ def head_text(text: bytes, at: int) -> bytes:
     return b"".join((memoryview(text)[:at], _HEAD_END))
 
 
-def tail_text(text: bytes, at: int) -> bytes:
-    """The events after the comma at `at` in a document of their own (what follows the array stays as written):
-    the plain version of the helper's _tail_in_place."""
-    return b"".join((_TAIL_START, memoryview(text)[at + 1:]))
-
-
 def _tail_columns(text: bytes, at: int) -> tuple | None:
     """The columns of the events after the comma at `at`: GpuFields and LaunchFields as plain tuples of lists,
     the document's baseTimeNanoseconds where it follows the array, the number of events after the comma and
@@ -128,8 +120,9 @@ def _tail_columns(text: bytes, at: int) -> tuple | None:
 
 
 def _tail_in_place(text: bytes, at: int) -> memoryview:
-    """tail_text without copying 30 MB: `{"traceEvents":[` written over the bytes just before the first event after
-    the comma, the text viewed from there. Only in the helper: its text is its own copy of the reading
+    """The events after the comma at `at` as a document of their own (what follows the array stays as written),
+    without copying 30 MB: `{"traceEvents":[` written over the bytes just before the first event after the
+    comma, the text viewed from there. Only in the helper: its text is its own copy of the reading
     process's pages (copy on write), read by nothing else, and the helper exits once it has answered. Events
     are decoded with their names and args (kineto_json.DecodedXEvent), so nothing decoded keeps a view of it."""
     start = at + 1 - len(_TAIL_START)

@@ -15,17 +15,14 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from kernels_eval.harness.runner import EvalConfig, evaluate  # noqa: E402
+from tests.conftest import REPO, load_script  # noqa: E402
 
 ADVERSARIAL = Path(__file__).resolve().parents[1] / "adversarial"
 CASES = sorted(p.name for p in ADVERSARIAL.iterdir() if (p / "expected.json").is_file())
 CPU_CASES = [c for c in CASES if "cpu" in json.loads((ADVERSARIAL / c / "expected.json").read_text())["devices"]]
 CONFIG = dict(device="cpu", call_timeout_s=10.0)
 
-
-def error_expected(expected: dict, device: str) -> str:
-    """The words a case's error must contain on `device` (`error_contains`: one string, or one per device)."""
-    words = expected.get("error_contains", "")
-    return words.get(device, "") if isinstance(words, dict) else words
+error_expected = load_script(REPO / "benchmarks" / "eval_gpu.py").error_expected  # expected.json's reader
 
 
 @pytest.fixture(scope="module")
