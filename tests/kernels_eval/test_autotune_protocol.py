@@ -1,0 +1,206 @@
+"""The evaluator's autotuning protocol (harness/autotune_protocol.py): the choice rule, the budget, the record and
+its store; and the worker's pinning of a chosen configuration (harness/autotune_pins.py) on a real
+`triton.autotune` kernel under Triton's interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels_eval.harness.autotune_protocol import (
+    Budget,
+    ChoiceStore,
+    KernelChoice,
+    ProtocolError,
+    Record,
+    choose,
+    covers,
+    decide,
+    parse_record,
+    row_text,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SHA = "ab" * 32
+
+
+def test_the_fastest_wins_when_no_other_is_within_the_band():
+    chosen, figures = choose([0, 1, 2], {0: [3.0, 3.1, 2.9], 1: [2.0, 2.2, 2.1], 2: [2.5, 2.5, 2.5]}, 0.02)
+    assert chosen == 1
+    assert figures == {0: 3.0, 1: 2.1, 2: 2.5}  # medians of the rounds, by hand
+
+
+def test_within_the_band_the_first_in_the_autotuners_order_wins():
+    # index 4 is fastest (1.00); index 7 is 1.5% slower and comes first in order: it is chosen
+    rounds = {7: [1.015, 1.015, 1.015], 4: [1.0, 1.0, 1.0], 2: [1.021, 1.021, 1.021]}
+    assert choose([7, 4, 2], rounds, 0.02)[0] == 7
+    assert choose([2, 7, 4], rounds, 0.02)[0] == 7  # 2 is 2.1% slower: outside the band
+    assert choose([2, 7, 4], rounds, 0.0)[0] == 4
+
+
+def test_a_configuration_missing_a_round_or_with_a_zero_time_is_not_eligible():
+    rounds = {0: [1.0, 0.0, 1.0], 1: [5.0, 5.0], 2: [2.0, 2.0, 2.0]}
+    chosen, figures = choose([0, 1, 2], rounds, 0.02)
+    assert set(figures) == {1, 2} and chosen == 2
+    with pytest.raises(ProtocolError, match="no configuration was measured"):
+        choose([0, 1], {0: [], 1: [0.0]}, 0.02)
+    with pytest.raises(ProtocolError, match="kernel k at key"):
+        decide(KernelChoice(kernel="k", key="(1,)", indices=[0], configs=["c0"]), 0.02)
+
+
+def test_the_rule_on_random_figures_matches_its_statement():
+    """Independent statement: the chosen figure is within the band of the fastest, and every configuration before
+    it in order is outside the band (so two runs that agree on which configurations are within the band agree on
+    the choice)."""
+    rng = random.Random(7)
+    for _ in range(500):
+        n = rng.randint(1, 12)
+        order = rng.sample(range(40), n)
+        rounds = {i: [rng.uniform(1.0, 1.1) for _ in range(3)] for i in order}
+        band = rng.choice([0.0, 0.01, 0.02, 0.05])
+        chosen, _ = choose(order, rounds, band)
+        med = {i: sorted(v)[1] for i, v in rounds.items()}
+        best = min(med.values())
+        assert med[chosen] <= best * (1 + band)
+        assert all(med[i] > best * (1 + band) for i in order[:order.index(chosen)])
+
+
+def test_budget_is_validated_and_its_cost_estimate_is_the_stated_sum():
+    b = Budget(rounds=3, budget_s=0.02, min_calls=10, warmup_s=0.01)
+    # per configuration and round: 0.01 warm-up + 2 x 0.02 budgets + (13 + 2 x 10) calls of 1 ms + 5 ms overhead
+    assert b.seconds(4, call_s=1e-3) == pytest.approx(4 * 3 * (0.01 + 0.04 + 0.033 + 0.005))
+    for bad in ({"rounds": 0}, {"noise_band": 1.0}, {"budget_s": 0}, {"min_calls": 60, "max_calls": 50}):
+        with pytest.raises(ProtocolError, match="autotuning budget"):
+            Budget(**bad)
+
+
+def _record(problem="p0123", chosen=(1, 0)) -> Record:
+    a = KernelChoice(kernel="gemm_kernel", key="(64, 64, 'torch.bfloat16')", indices=[0, 1, 3],
+                     configs=["BLOCK: 16", "BLOCK: 32", "BLOCK: 128"], rounds_s={0: [2.0, 2.0], 1: [1.0, 1.1],
+                                                                               3: [1.5, 1.5]})
+    b = KernelChoice(kernel="sum_kernel", key="(8,)", indices=[0, 2], configs=["W: 1", "W: 4"],
+                     rounds_s={0: [0.5, 0.5], 2: [0.6, 0.6]})
+    for k in (a, b):
+        decide(k, 0.02)
+    assert (a.chosen, b.chosen) == chosen
+    return Record(file_sha256=SHA, problem_id=problem, hardware="H200", triton="3.6.0", kernels=[a, b], sweep_s=1.5)
+
+
+def test_record_round_trips_through_json_and_gives_pins_and_the_row_text():
+    record = _record()
+    back = parse_record(record.as_json())
+    assert back == record
+    assert back.pins() == {"gemm_kernel": {"(64, 64, 'torch.bfloat16')": 1}, "sum_kernel": {"(8,)": 0}}
+    assert json.loads(row_text(record)) == [["gemm_kernel", "(64, 64, 'torch.bfloat16')", 1, "BLOCK: 32"],
+                                            ["sum_kernel", "(8,)", 0, "W: 1"]]
+    assert row_text(None) is None
+
+
+def test_a_malformed_record_is_one_error_naming_the_file():
+    good = json.loads(_record().as_json())
+    cases = [("not json", "malformed"), (json.dumps({**good, "protocol": 0}), "not an autotuning record"),
+             (json.dumps({**good, "kernels": [{**good["kernels"][0], "chosen": 2}]}), "chosen index 2 was not timed"),
+             (json.dumps({**good, "kernels": [{**good["kernels"][0], "configs": ["x"]}]}), "do not pair up"),
+             (json.dumps({k: v for k, v in good.items() if k != "hardware"}), "malformed")]
+    for text, why in cases:
+        with pytest.raises(ProtocolError, match=why) as exc:
+            parse_record(text, "/store/x.json")
+        assert str(exc.value).startswith("/store/x.json: ")
+
+
+def test_the_store_keeps_one_choice_per_file_problem_hardware_and_triton(tmp_path):
+    store = ChoiceStore(tmp_path)
+    assert store.load("3.6.0", SHA, "H200", "p0123") is None
+    path = store.save(_record())
+    assert path == tmp_path / "triton-3.6.0" / SHA / "H200" / "p0123.json"
+    assert store.load("3.6.0", SHA, "H200", "p0123") == _record()
+    for other in (("3.5.0", SHA, "H200", "p0123"), ("3.6.0", "cd" * 32, "H200", "p0123"),
+                  ("3.6.0", SHA, "H100", "p0123"), ("3.6.0", SHA, "H200", "p9")):
+        assert store.load(*other) is None
+    store.save(_record())  # saved again: replaced, no temporary left behind
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p0123.json"]
+    # a record copied under another problem's name is refused, naming the file
+    (path.parent / "p9.json").write_text(path.read_text())
+    with pytest.raises(ProtocolError, match=r"p9\.json: the record inside is for another"):
+        store.load("3.6.0", SHA, "H200", "p9")
+
+
+def test_store_paths_refuse_what_could_leave_the_root(tmp_path):
+    store = ChoiceStore(tmp_path)
+    for args, why in ((("3.6.0", "../x", "H200", "p1"), "sha256"), (("3.6.0", SHA, "../..", "p1"), "hardware"),
+                      (("3.6.0", SHA, "H200", "a/b"), "problem id"), (("../3", SHA, "H200", "p1"), "Triton")):
+        with pytest.raises(ProtocolError, match=why):
+            store.path(*args)
+
+
+def test_a_record_covers_only_the_kernels_and_keys_it_decided():
+    record = _record()
+    tuned = [{"kernel": "gemm_kernel", "key": "(64, 64, 'torch.bfloat16')", "indices": [0, 1, 3]},
+             {"kernel": "one_config", "key": "(1,)", "indices": [0]}]  # nothing to decide with one config
+    assert covers(record, tuned)
+    assert not covers(record, tuned + [{"kernel": "gemm_kernel", "key": "(128, 64, 'torch.bfloat16')",
+                                        "indices": [0, 1]}])
+
+
+CANDIDATE = '''
+import torch, triton, triton.language as tl
+
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64) for w in (1, 2)]
+
+
+def prune(configs, named_args, **kwargs):
+    return [c for c in configs if c.kwargs["BLOCK"] <= named_args["n"]]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def fill_block(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros([BLOCK], tl.int32) + BLOCK, mask=offs < n)
+
+
+def run(n):
+    out = torch.zeros(n, dtype=torch.int32)
+    fill_block[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](out, n)
+    return int(out[0])
+'''
+
+DRIVER = '''
+import importlib.util, json, sys
+from kernels_eval.harness import autotune_pins as pins
+pins.install()
+pins.install()  # twice: still one wrapper around Triton's own
+spec = importlib.util.spec_from_file_location("cand", sys.argv[1])
+cand = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cand)
+out = {}
+for n, index in ((40, 3), (40, 0), (100, 5)):
+    pins.PINS["fill_block"] = {repr((n, "torch.int32")): index}
+    pins.Watch.start()
+    out[f"{n}/{index}"] = {"block": cand.run(n), "tuned": pins.Watch.stop()}
+print(json.dumps(out))
+'''
+
+
+def test_a_pinned_configuration_runs_and_the_call_reports_what_its_autotuner_would_consider(tmp_path):
+    pytest.importorskip("triton")
+    (tmp_path / "cand.py").write_text(CANDIDATE)
+    (tmp_path / "drive.py").write_text(DRIVER)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path / "cand.py")], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # CONFIGS in order: (16,1) (16,2) (32,1) (32,2) (64,1) (64,2); the kernel writes its BLOCK
+    assert {k: v["block"] for k, v in got.items()} == {"40/3": 32, "40/0": 16, "100/5": 64}
+    first = got["40/3"]["tuned"]
+    assert [(t["kernel"], t["key"], t["indices"], t["used"]) for t in first] == [
+        ("fill_block", "(40, 'torch.int32')", [0, 1, 2, 3], 3)]  # the candidate's pruning drops BLOCK 64 at n=40
+    assert first[0]["configs"][2].startswith("BLOCK: 32, num_warps: 1")
+    assert got["100/5"]["tuned"][0]["indices"] == [0, 1, 2, 3, 4, 5]
