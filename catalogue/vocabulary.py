@@ -24,3 +24,8 @@ ATTRIBUTED = ("direct", "graph_capture")
 # Where an evaluated problem stopped; DONE means every stage passed.
 STAGES = ("compile", "correctness", "adoption", "performance", "done")
 DONE = "done"
+
+# How a timed call's GPU time is measured (docs/reproducibility.md "Measurement rule"): kernel_span, from its first
+# record's start to its last record's end; device_busy, the time at least one of its records runs (the union of
+# their intervals), for an operator whose call waits on a host round trip (an output size read back mid-call).
+TIMING_RULES = ("kernel_span", "device_busy")

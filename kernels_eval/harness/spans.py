@@ -5,7 +5,8 @@ flush) right before it and an end marker right after it, on the calling stream. 
 and copy in host order (its correlation id), so a call's records are those strictly between its two markers
 in that order, on whatever stream they ran. A call's time is the span from its first record's start to its
 last record's end: gaps between its own kernels count, the host's launch path before its first kernel does
-not (as under CUDA-graph replay, which is how decode runs in production).
+not (as under CUDA-graph replay, which is how decode runs in production). An operator whose call waits on the
+host mid-call (catalogue.vocabulary.TIMING_RULES: device_busy) is timed by the union of its records instead.
 
 Records are plain tuples here so that the rule is tested on records built in the test and on records
 derived from real Kineto traces; kernels_eval.harness.worker turns the profiler's events into them.
@@ -96,6 +97,25 @@ def call_spans(windows: list[list[Record]], pairs: list[tuple[Record, Record]]) 
                                 f"return, or started before the call)")
         spans.append(max(r.end_ns for r in window) - min(r.start_ns for r in window))
     return spans
+
+
+def call_busy(windows: list[list[Record]]) -> list[int]:
+    """Nanoseconds each call kept the device busy: the union of its records' intervals (a stream's records one
+    after another add up; records overlapping on two streams count once). Unlike the span, a gap in which the GPU
+    waited for the host (a size read back mid-call, then the next launch) does not count: the measurement rule of
+    an operator with data-dependent output sizes (catalogue.vocabulary.TIMING_RULES, docs/reproducibility.md)."""
+    busy = []
+    for window in windows:
+        total, reach = 0, None
+        for start, end in sorted((r.start_ns, r.end_ns) for r in window):
+            if reach is None or start >= reach:
+                total += end - start
+                reach = end
+            elif end > reach:
+                total += end - reach
+                reach = end
+        busy.append(total)
+    return busy
 
 
 def time_by_name(windows: list[list[Record]]) -> dict[str, float]:

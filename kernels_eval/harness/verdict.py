@@ -20,7 +20,7 @@ class Verdict:
     fallbacks: list[str] = field(default_factory=list)  # library, aten or Inductor kernels and host escapes seen
     error: str | None = None
     max_abs_err: float | None = None
-    t_measured_s: float | None = None  # median kernel span of the timed calls (events for data-dependent sizes)
+    t_measured_s: float | None = None  # median time of the timed calls by the operator's rule (TIMING_RULES)
     t_p10_s: float | None = None
     t_p90_s: float | None = None
     n_timed: int | None = None

@@ -160,3 +160,14 @@ def test_in_a_real_trace_correlation_order_is_execution_order_on_each_stream():
         by_stream.setdefault(r.stream, []).append(r)
     for stream, rs in by_stream.items():
         assert all(b.start_ns >= a.start_ns for a, b in zip(rs, rs[1:])), stream
+
+
+def test_busy_time_is_the_union_of_a_calls_records():
+    r = lambda corr, start, end, stream=7: Record(corr, start, end, stream, "k")  # noqa: E731
+    # one stream with a 40 µs host wait between two kernels; two streams overlapping by 1 µs; a record inside another
+    windows = [[r(1, 0, 3_000), r(2, 43_000, 45_000)],
+               [r(3, 0, 2_000), r(4, 1_000, 4_000, stream=9)],
+               [r(5, 0, 10_000), r(6, 2_000, 3_000, stream=9)]]
+    assert spans.call_busy(windows) == [5_000, 4_000, 10_000]
+    assert spans.call_spans(windows, [(Record(0, -1, 0, 7, START_MARKER), Record(9, 99_000, 99_001, 7, END_MARKER))]
+                            * 3) == [45_000, 4_000, 10_000]

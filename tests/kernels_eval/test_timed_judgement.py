@@ -1,5 +1,5 @@
 """The parent's judgement of a GPU timing (OperatorJudge._performance) on worker replies built here: spans from the
-records, the timed window's ownership, kept outputs judged on their seeds, the events' figure for data-dependent
+records, the timed window's ownership, kept outputs judged on their seeds, device-busy time for data-dependent
 sizes. The worker's side needs a GPU (benchmarks/eval_gpu_selftest.py runs it); this is the rest of the path."""
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ def records(calls: list[list[tuple[str, int]]], between: list[tuple[str, int]] =
 
     def add(name, dur):
         nonlocal t, corr
+        if name is None:  # the device idle (waiting for the host's next launch)
+            t += dur
+            return
         corr += 1
         if name not in names:
             names.append(name)
@@ -66,7 +69,8 @@ def verdict():
 def run(tmp_path, reply, data_dependent=False):
     judge = Judge({"ok": True, "host_s": 1.0, "sm_clock_mhz": 1980, "launches": [], **reply}, tmp_path)
     if data_dependent:
-        judge.spec = type(judge.spec)(**{**judge.spec.__dict__, "data_dependent_size": True})
+        judge.spec = type(judge.spec)(**{**judge.spec.__dict__, "data_dependent_size": True,
+                                         "timing_rule": "device_busy"})
     model = judge.reference.Model(**SHAPE[0])
     try:
         return judge._performance(verdict(), model, SHAPE, OWN)
@@ -134,8 +138,19 @@ def test_unattributable_records_refuse_the_timing(tmp_path):
     assert v.stage == "performance" and "could not be attributed to calls" in v.error
 
 
-def test_a_data_dependent_size_keeps_the_events_figure(tmp_path):
-    calls = [[("rms_norm_kernel", 4_000)]] * 3
-    v = run(tmp_path, {"times_s": [2e-5] * 3, "marked": 3, "records": records(calls), "samples": []},
-            data_dependent=True)
-    assert v.stage == "done" and v.t_measured_s == pytest.approx(2e-5)
+def test_a_data_dependent_size_is_timed_by_its_kernels_busy_time_not_the_hosts_round_trip(tmp_path):
+    # each call: a counting kernel, 40 µs of the device idle while the host reads the size back, a scatter kernel
+    calls = [[("rms_norm_kernel", 3_000), (None, 40_000), ("rms_norm_kernel", 2_000)]] * 3
+    reply = {"times_s": [6e-5] * 3, "marked": 3, "records": records(calls), "samples": []}
+    v = run(tmp_path, reply, data_dependent=True)
+    assert v.stage == "done" and v.t_measured_s == pytest.approx(5e-6) and v.t_event_s == pytest.approx(6e-5)
+    v = run(tmp_path, reply)  # the same records under the kernel-span rule: the wait counts
+    assert v.stage == "done" and v.t_measured_s == pytest.approx(45e-6)
+
+
+def test_only_the_data_dependent_operator_is_timed_by_busy_time():
+    from catalogue.registry import operator_names, spec
+
+    rules = {op: spec(op).timing_rule for op in operator_names()}
+    assert {op for op, rule in rules.items() if rule == "device_busy"} == {
+        op for op in rules if spec(op).data_dependent_size} == {"moe_align_block_size"}
