@@ -165,7 +165,7 @@ def _problem(tax: Taxonomy, kernel: str, category: str, chain: list, args: list,
     depth, op_args = match.depth, None
     if depth is not None and depth < len(args):
         op_args = args[depth]
-    elif depth is None and match.operator not in ("other",):
+    elif depth is None and match.operator not in ("other",) and not match.rule.startswith("roles."):
         depth, op_args = _innermost_args(args)
     op_name = chain[depth] if depth is not None and depth < len(chain) else None
     kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))

@@ -234,11 +234,12 @@ def _timeline_steps(events: pl.DataFrame, members: list[int], operators: list[st
 
 
 # Work that is no serving step, whatever its attention looks like: a training step (autograd's backward
-# nodes, *_backward ops, an optimizer step) and a diffusion pipeline (xDiT's execute_diffusion_* range, a
+# nodes, *_backward ops, a schedule's backward chunks as ingest/taxonomy.yaml's `backward` reads them, an optimizer step) and a diffusion pipeline (xDiT's execute_diffusion_* range, a
 # denoising loop, a UNet or VAE; its CLIP text encoder's causal attention is no prefill, and its
 # torch.compile CUDA/HIP graphs replaying attention are no decode). GroupNorm, which no LLM runs, marks
 # the VAE of a diffusion model whose ranges say nothing.
 _NOT_SERVING_NAME = re.compile(r"Backward\d*$|_backward$|^autograd::engine::|^Optimizer\.(step|zero_grad)\b"
+                               r"|^[^()]+\((B|W|BW)\)$|^(?i:backward|bwd)(?![a-z])"  # a pipeline schedule's backward chunks
                                r"|(?i:diffusion|denois|(?<![a-z])unet|(?<![a-z])vae(?![a-z])|autoencoder)")
 _NOT_SERVING_OPERATORS = frozenset({"group_norm"})
 

@@ -28,6 +28,19 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Role:
+    """What a kernel does whatever op launched it, when its name says it is no operator's compute: a copy or
+    cast, a fill, a collective, a reduction. Decided before the op rules, so that a cast inside aten::linear
+    is no GEMM; `within` limits it to rows whose op rules chose one of those operators (a reduction is a
+    norm's own work, but not a GEMM's or an attention's)."""
+
+    name: str  # "copy", "fill", "communication", "reduction": names the rule in messages (roles.copy)
+    operator: str
+    kernel: re.Pattern
+    within: frozenset[str] | None = None  # None: whatever the op rules chose
+
+
+@dataclass(frozen=True)
 class Backward:
     """What marks an activity as backward-pass work: an op in its chain, or (without one) its kernel name."""
 
@@ -56,6 +69,7 @@ class Taxonomy:
     kernel_rules: tuple[Rule, ...]
     backward: Backward | None = None
     blit_kernels: dict[str, re.Pattern] = field(default_factory=dict)  # category -> kernel-name pattern
+    roles: tuple[Role, ...] = ()
     _memo: dict = field(default_factory=dict, repr=False)
     _op_memo: dict = field(default_factory=dict, repr=False)
     _kernel_memo: dict = field(default_factory=dict, repr=False)
@@ -74,7 +88,7 @@ class Taxonomy:
         if category in self.categories:
             # A copy or fill is that whatever op issued it (cuBLAS workspace memsets under aten::mm).
             return Match(self.categories[category], None, f"categories.{category}")
-        match = self._forward(kernel, chain)
+        match = self._role(kernel, self._forward(kernel, chain))
         bw = self.backward
         if bw is None or match.operator in bw.keeps:
             return match
@@ -84,6 +98,21 @@ class Taxonomy:
         if bw.kernel.search(kernel):
             return Match(OTHER, match.depth, "backward")
         return match
+
+    def _role(self, kernel: str, match: Match) -> Match:
+        """`match`, unless the kernel's role says it is a copy, fill, collective or reduction there."""
+        for role in self.roles:
+            if (role.within is None or match.operator in role.within) and role.kernel.search(kernel):
+                return Match(role.operator, None, f"roles.{role.name}")  # no op's shape is its work
+        return match
+
+    def role_of(self, kernel: str, operator: str) -> str | None:
+        """The role (copy, fill, communication, reduction) a kernel has inside work of `operator`, or None
+        where its name says it may be that operator's compute (the release's admission check asks this)."""
+        for role in self.roles:
+            if (role.within is None or operator in role.within) and role.kernel.search(kernel or ""):
+                return role.name
+        return None
 
     def _op_rules_of(self, name: str) -> tuple[Rule, ...]:
         """The op rules whose op pattern matches `name`, in rule order (memoised per name)."""
@@ -197,6 +226,29 @@ def _blits(path: str, doc: dict, categories: dict) -> dict[str, re.Pattern]:
     return {c: _compile(path, "blit_kernels", c, p) for c, p in raw.items()}
 
 
+def _roles(path: str, doc: dict, operators: set[str]) -> tuple[Role, ...]:
+    raw = doc.get("roles") or []
+    if not isinstance(raw, list):
+        raise TaxonomyError(f"{path}: `roles` must be a list of roles")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"roles[{i}]"
+        if not isinstance(item, dict) or set(item) - {"role", "operator", "kernel", "within"}:
+            raise TaxonomyError(f"{path}: {where} must be a mapping of role, operator, kernel and within")
+        name, operator, within = item.get("role"), item.get("operator"), item.get("within")
+        if not isinstance(name, str) or not name:
+            raise TaxonomyError(f"{path}: {where} needs a `role` name")
+        if operator not in operators:
+            raise TaxonomyError(f"{path}: {where} names operator {operator!r}, not in `operators`")
+        if within is not None and (not isinstance(within, list) or any(w not in operators for w in within)):
+            raise TaxonomyError(f"{path}: {where}.within must list operators from `operators`")
+        kernel = _compile(path, where, "kernel", item.get("kernel"))
+        if kernel is None:
+            raise TaxonomyError(f"{path}: {where} needs a `kernel` pattern")
+        out.append(Role(name, operator, kernel, None if within is None else frozenset(within)))
+    return tuple(out)
+
+
 def parse_taxonomy(doc, path: str = "<taxonomy>") -> Taxonomy:
     """A Taxonomy from an already-parsed YAML document, validated; TaxonomyError names the problem."""
     if not isinstance(doc, dict):
@@ -220,6 +272,7 @@ def parse_taxonomy(doc, path: str = "<taxonomy>") -> Taxonomy:
         kernel_rules=_rules(path, doc, "kernel_rules", known, "kernel"),
         backward=_backward(path, doc, known),
         blit_kernels=_blits(path, doc, categories),
+        roles=_roles(path, doc, known),
     )
 
 

@@ -343,6 +343,11 @@ def _gemm_key(op: str, dims) -> tuple:
     return (x[0], w[1], x[1], None)
 
 
+def _plumbing(kernel: str) -> bool:
+    """A fill or a copy by aten's own kernel names: no GEMM's or attention's compute, whatever op ran it."""
+    return any(word in kernel for word in ("FillFunctor", "copy_kernel_cuda", "CatArrayBatchedCopy"))
+
+
 def independent_tables(trace: Raw) -> tuple[dict, dict, dict]:
     gemm, attention, phases = defaultdict(int), defaultdict(int), defaultdict(int)
     for g, _, chain in trace.gpu:
@@ -351,8 +356,8 @@ def independent_tables(trace: Raw) -> tuple[dict, dict, dict]:
         phases[phase] += ns
         ops = [r for r in chain if r["cat"] == "cpu_op"]
         inner = next((r for r in reversed(ops) if r["name"] in GEMM_OPS | SDPA_OPS), None)
-        if inner is None or g["cat"] != "kernel":  # a workspace memset under aten::mm is a memset
-            continue
+        if inner is None or g["cat"] != "kernel" or _plumbing(g["name"]):
+            continue  # a workspace memset under aten::mm is a memset; a fill inside SDPA (its mask) a fill
         if inner["name"] in GEMM_OPS:
             gemm[(phase, *_gemm_key(inner["name"], inner["args"]["Input Dims"]))] += ns
         else:
