@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The evaluator's GPU run (issue 7) on one H200, under the machine's stock python3 (torch, triton, pyarrow,
 # pyyaml; no polars). Build the release on a CPU machine first and carry it:
-#     hotshape import-atrex ../shared/reference-data/atrex-bench --out out/atrex-release
+#     hotshape import-atrex examples/atrex-bench --out out/atrex-release
 # then on the GPU machine, from the repo root (each line fits the 10-minute command limit):
 #     OUT=$OUT bash benchmarks/eval_gpu.sh adversarial,honest
 #     OUT=$OUT bash benchmarks/eval_gpu.sh full

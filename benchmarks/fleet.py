@@ -6,8 +6,9 @@
     .venv/bin/python benchmarks/fleet.py dagster --root /tmp/fleet --profiles 40 [--code OLD_CHECKOUT]
 
 `generate` spreads profiles over 20 deployments, one family of real traces each (examples/traces and
-../shared/traces/public/tracelens/inference; families with graph replays keep their capture_traces/
-beside the profiles, byte for byte). Every profile is its source with each GPU activity's duration
+tests/fixtures/traces/tracelens/inference; families with graph replays keep their capture_traces/
+beside the profiles, byte for byte; the records in benchmarks/results/ up to 2026-12-04 were made with
+those capture traces uncut, 5.9 MB against 0.2 MB now: tests/fixtures/traces/SOURCES.md). Every profile is its source with each GPU activity's duration
 scaled by a seeded factor in [0.9, 1.1], so every file's bytes differ. Profiles 0, 20 and 40 are long
 multi-step profiles: 4, 3 and 2 back-to-back copies of benchmarks/data/llama3-8b-stack.json.gz
 (82.6 MB of JSON each), time and ids shifted per copy. fleet_N.yaml claims profiles 0..N-1 (explicit
@@ -39,7 +40,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "traces"
-TRACELENS = REPO.parent / "shared" / "traces" / "public" / "tracelens" / "inference"
+TRACELENS = REPO / "tests" / "fixtures" / "traces" / "tracelens" / "inference"
 STACK = REPO / "benchmarks" / "data" / "llama3-8b-stack.json.gz"
 DEPLOYMENTS = 20
 ACCELERATORS = ("H200", "H100", "MI300X")

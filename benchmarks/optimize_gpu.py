@@ -9,7 +9,7 @@ evaluator on the release's problems of that operator, and the accepted file (if 
 are judged once more at the end (confirm.json) so an accepted step is not a timing fluke.
 
 Imports only torch, triton, numpy, pyarrow, pyyaml and kernels_eval (the GPU machine has no polars, DuckDB,
-msgspec or dagster). Build the release here (`hotshape import-atrex ../shared/reference-data/atrex-bench
+msgspec or dagster). Build the release here (`hotshape import-atrex examples/atrex-bench
 --out REL`) and carry it.
 
     python benchmarks/optimize_gpu.py --release REL --out $OUT/optimize [--ops paged_attention_decode,causal_conv1d]

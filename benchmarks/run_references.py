@@ -76,7 +76,8 @@ def run_shape(name: str, sid: str, shape: dict, hw, device: str, seed: int) -> d
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--atrex-dir", type=Path, default=REPO.parent / "shared" / "reference-data" / "atrex-bench")
+    parser.add_argument("--atrex-dir", type=Path, default=REPO / "examples" / "atrex-bench",
+                        help="the published Atrex-Bench data (default: examples/atrex-bench)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ops", default="", help="comma-separated operators (default: all 30)")
     parser.add_argument("--hardware", default="H200")

@@ -1,6 +1,6 @@
 """Wall time of `hotshape eval` with and without the bubblewrap sandbox, side by side in one run.
 
-Usage (from the repo root; out/atrex-release from `hotshape import-atrex ../shared/reference-data/atrex-bench
+Usage (from the repo root; out/atrex-release from `hotshape import-atrex examples/atrex-bench
 --out out/atrex-release`):
     .venv/bin/python benchmarks/sandbox_overhead.py --repeats 2 \
         --out benchmarks/results/sandbox_overhead_cpu.txt

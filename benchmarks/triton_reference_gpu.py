@@ -1,7 +1,7 @@
 """Time the Triton reference submission against the PyTorch references on the catalogue shapes (GPU only).
 
 Usage (on the GPU machine, from the repo root):
-    python benchmarks/triton_reference_gpu.py --atrex-dir ../shared/reference-data/atrex-bench/data \
+    python benchmarks/triton_reference_gpu.py --atrex-dir examples/atrex-bench/data \
         --out benchmarks/results/triton_reference_H200.csv
     python benchmarks/triton_reference_gpu.py --atrex-dir DIR --ops rms_norm,gemm --out /tmp/part.csv
 

@@ -1,17 +1,17 @@
-"""Fixtures shared by every test package: where the public traces and reference data live."""
+"""Fixtures shared by every test package: where the public traces and reference data live (in the checkout)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("HOTSHAPE_SHARED", REPO.parent / "shared"))
-PUBLIC_TRACES = SHARED / "traces" / "public"
-ATREX = SHARED / "reference-data" / "atrex-bench"
+# Public traces of other projects (tests/fixtures/traces/SOURCES.md: provenance, licenses, what was cut).
+PUBLIC_TRACES = REPO / "tests" / "fixtures" / "traces"
+# The published Atrex-Bench data files (examples/atrex-bench/SOURCES.md, Apache-2.0).
+ATREX = REPO / "examples" / "atrex-bench"
 EXAMPLES = REPO / "examples"
 
 
@@ -21,12 +21,6 @@ def load_script(path: Path, name: str | None = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not present (set HOTSHAPE_SHARED to the shared material)")
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -39,14 +33,14 @@ def results_key_dir(tmp_path_factory, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def public_traces() -> Path:
-    """The public trace fixtures (../shared/traces/public)."""
-    return _need(PUBLIC_TRACES)
+    """The public trace fixtures (tests/fixtures/traces)."""
+    return PUBLIC_TRACES
 
 
 @pytest.fixture(scope="session")
 def atrex_dir() -> Path:
-    """The published Atrex-Bench data (../shared/reference-data/atrex-bench)."""
-    return _need(ATREX)
+    """The published Atrex-Bench data (examples/atrex-bench)."""
+    return ATREX
 
 
 @pytest.fixture(scope="session")

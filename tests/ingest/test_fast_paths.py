@@ -11,6 +11,7 @@ from catalogue.vocabulary import ATTRIBUTED
 from ingest.graphs import align_replays, attribute_graphs
 from ingest.pipeline import ingest_trace, read_events, traces_frame_from
 from ingest.schema import CLASSIFIED_EVENT_COLUMNS, CLASSIFIED_EVENTS, conform, validate
+from tests.conftest import PUBLIC_TRACES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 EXAMPLE_TRACES = sorted(EXAMPLES.glob("*/*.json.gz"))
@@ -238,7 +239,7 @@ def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, reque
 
 
 GRAPH_TRACES = [EXAMPLES / "llama3-8b" / "graph.json.gz", EXAMPLES / "qwen3-30b-a3b" / "graph.json.gz",
-                *(Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "public" / "tracelens" / "inference" / rel
+                *(PUBLIC_TRACES / "tracelens" / "inference" / rel
                   for rel in ("sglang_decode/sglang_Qwen3-8B_decode.json.gz", "vllm_decode_full/graph_execution.json.gz",
                               "vllm_prefilldecode_piecewise/graph_execution.json.gz"))]
 
@@ -248,8 +249,6 @@ def test_graph_replays_joined_in_the_frame_library_are_the_row_by_row_path(path)
     from ingest.graphs import _WINDOWS
     from ingest.pipeline import _capture_events
 
-    if not path.exists():
-        pytest.skip(f"{path} is not present")
     events, capture = read_events(path), _capture_events(path, None)
     _WINDOWS.clear()
     fast = attribute_graphs(events, capture)
@@ -274,10 +273,9 @@ def test_a_batchs_aggregates_at_once_are_each_traces_aggregates_on_its_own():
 
 def test_combinations_kept_from_earlier_traces_classify_as_a_trace_on_its_own(monkeypatch):
     from ingest import classify
-    from tests.conftest import PUBLIC_TRACES
 
     training = PUBLIC_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"  # backward ops name their work
-    paths = PER_ROW_TRACES + ([training] if training.exists() else [])
+    paths = [*PER_ROW_TRACES, training]
     for path in paths:  # every combination of every trace kept before any is classified again
         ingest_trace(path)
     warm = [ingest_trace(path).events for path in paths]

@@ -10,7 +10,7 @@ import polars as pl
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
-# source trace (under ../shared/traces/public) → (stand-in phase, pieces to cut it into)
+# source trace (under tests/fixtures/traces) → (stand-in phase, pieces to cut it into)
 SOURCES = {
     "sglang_decode": ("tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz", "decode", 3),
     "sglang_extend": ("tracelens/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "prefill", 2),
