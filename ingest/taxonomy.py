@@ -111,7 +111,7 @@ class Taxonomy:
         where its name says it may be that operator's compute (the release's admission check asks this)."""
         for role in self.roles:
             if (role.within is None or operator in role.within) and role.kernel.search(kernel or ""):
-                return role.name
+                return None if role.operator == operator else role.name  # a copy is memcpy's own work
         return None
 
     def _op_rules_of(self, name: str) -> tuple[Rule, ...]:

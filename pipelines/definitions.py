@@ -19,6 +19,7 @@ CHECKS = [
     ingest.gpu_time_conserved,
     weighting.hot_problem_weights_sum_to_one,
     weighting.coverage_above_floor,
+    weighting.selected_problems_are_their_operators_work,
     release.no_sealed_strings_in_public,
     release.release_weights_sum_to_one,
     release.every_selected_problem_has_roofline,

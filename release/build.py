@@ -196,6 +196,13 @@ def secrets_of(fleet, traces: pl.DataFrame, unused: list[dict] = ()) -> list[str
 
 # ---- build and refresh ----------------------------------------------------------------------------
 
+def admit(mined: Mined, fleet) -> None:
+    """Refuse the release when a selected problem is not its operator's work (release/admission.py), naming it."""
+    from release.admission import refusals, refuse
+
+    refuse(refusals(mined.selected, mined.by_kernel), fleet)
+
+
 def _record_intervals(files: dict, version_info: dict, mined: Mined, problems: pl.DataFrame,
                       weights: pl.DataFrame, version: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Bootstrap intervals over profiles of weights `version` (weighting.uncertainty.version_intervals) as
@@ -261,7 +268,15 @@ def _created(created: str | None, fleet) -> str | None:
 
 
 def _coverage(report: dict) -> dict:
-    return {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    """The selection report's figures, and each operator the evaluator cannot benchmark (communication, memcpy,
+    memset, other, ...) as `not_benchmarked_<operator>`: its share of all fleet GPU time, so the card shows it."""
+    from release.card import NOT_BENCHMARKED
+
+    out = {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    for entry in report.get("operators", []):
+        if entry.get("status") == "not_benchmarkable":
+            out[NOT_BENCHMARKED + entry["operator"]] = entry["op_share"]
+    return out
 
 
 def _phase_split(fw: pl.DataFrame) -> dict[str, float]:
@@ -302,6 +317,7 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     hardware = load_hardware_or_none() if hardware is None else hardware
     if mined is None:
         mined = mine(traces, fleet, hardware, policy, store=store or default_store(out), jobs=jobs, cluster=cluster)
+    admit(mined, fleet)
     key, key_source = ids.resolve_key(key, derive_from=(
         ids.canonical_json(sorted(mined.traces["trace_id"].to_list())).encode(), Path(fleet).read_bytes()))
     probs = problems_of(mined.selected, key)
@@ -397,6 +413,7 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     if mined is None:
         mined = mine(traces, fleet, hardware, policy, store=store or default_store(release), jobs=jobs,
                      cluster=cluster)
+    admit(mined, fleet)
     new = problems_of(mined.selected, key)
     ids_now = set(rel.manifest["problem_id"].to_list())
     kept = new.filter(pl.col("problem_id").is_in(ids_now))

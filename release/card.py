@@ -14,6 +14,10 @@ import polars as pl
 
 from catalogue.vocabulary import PHASES
 
+# A coverage report's key for an operator no problem can stand for (communication, memcpy, memset, other, ...):
+# NOT_BENCHMARKED + operator -> its share of all fleet GPU time (release/build.py writes it, the card shows it).
+NOT_BENCHMARKED = "not_benchmarked_"
+
 PLOT_OPERATORS = "plots/operator_weights.png"
 PLOT_PHASES = "plots/phase_split.png"
 TOP = 15
@@ -141,7 +145,7 @@ def render(info: dict, manifest: pl.DataFrame, weights_by_version: dict[int, pl.
         f"## Coverage (weights v{latest})",
         "",
     ]
-    shown = {k: v for k, v in sorted(cov.items()) if not isinstance(v, (dict, list))}
+    shown = {k: v for k, v in sorted(cov.items()) if not isinstance(v, (dict, list)) and not k.startswith(NOT_BENCHMARKED)}
     if shown:
         lines += [f"- {k.replace('_', ' ')}: {_fmt(v)}" + (f" — {COVERAGE_MEANING[k]}" if k in COVERAGE_MEANING else "")
                   for k, v in shown.items()]
@@ -149,6 +153,14 @@ def render(info: dict, manifest: pl.DataFrame, weights_by_version: dict[int, pl.
         lines.append(f"- coverage of fleet: {_fmt(newest(info)['coverage'])} — {COVERAGE_MEANING['coverage_of_fleet']}")
     else:
         lines.append("- not measured (the problems were not selected from traces by this project)")
+    unbenchmarked = sorted(((k[len(NOT_BENCHMARKED):], v) for k, v in cov.items() if k.startswith(NOT_BENCHMARKED)),
+                           key=lambda kv: (-kv[1], kv[0]))
+    if unbenchmarked:
+        lines += ["", f"## GPU time no problem stands for (weights v{latest})", "",
+                  "Share of all fleet GPU time in operators the evaluator cannot benchmark (collectives, copies, "
+                  "fills, backward work and unnamed kernels are `communication`, `memcpy`, `memset`, `other`):", "",
+                  "| operator | share of fleet GPU time |", "|---|---:|"]
+        lines += [f"| {op} | {share:.4f} |" for op, share in unbenchmarked]
     lines += ["", f"## Top operators (weights v{latest})", "",
               "| operator | problems | W_op | " + " | ".join(f"{p} weight" for p in PHASES) + " |",
               "|---|---:|---:|" + "---:|" * len(PHASES)]

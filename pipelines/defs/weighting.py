@@ -13,7 +13,8 @@ from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
 from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
 from weighting.schema import FLEET_WEIGHTS, PHASE_WEIGHTS
-from release.build import mine_store, save_mined
+from release.admission import MIN_OWN_WORK_SHARE, own_work
+from release.build import load_mined, mine_store, save_mined
 from weighting.selection import SUM_TOLERANCE
 
 
@@ -103,3 +104,16 @@ def coverage_above_floor(store: HotshapeStore) -> dg.AssetCheckResult:
     coverage = json.loads((store.weights_dir / "coverage.json").read_text())["coverage_of_fleet"]
     return dg.AssetCheckResult(passed=coverage >= store.coverage_floor, severity=dg.AssetCheckSeverity.WARN,
                                metadata={"coverage_of_fleet": coverage, "floor": store.coverage_floor})
+
+
+@dg.asset_check(asset=fleet_weights, blocking=True)
+def selected_problems_are_their_operators_work(store: HotshapeStore) -> dg.AssetCheckResult:
+    """Each selected problem has at least MIN_OWN_WORK_SHARE of its GPU time in kernels whose role fits its
+    operator (no cast, copy, fill or collective making a GEMM or attention problem); the others are named."""
+    mined = load_mined(store.weights_dir, store.trace_store(), load_fleet(store.fleet, store.trace_root))
+    shares = own_work(mined.selected, mined.by_kernel)
+    refused = shares.filter(pl.col("own_share") < MIN_OWN_WORK_SHARE)
+    return dg.AssetCheckResult(passed=refused.height == 0, metadata=rounded({
+        "threshold": MIN_OWN_WORK_SHARE, "problems": shares.height, "refused": refused.height,
+        "lowest_own_share": float(shares["own_share"].min()) if shares.height else 1.0,
+        "refused_problems": table(refused.select("operator", "shape", "own_share", "foreign"))}))

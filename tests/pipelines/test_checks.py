@@ -14,7 +14,8 @@ from ingest.pipeline import TraceResult
 from ingest.store import TraceStore
 from pipelines.defs.release import (every_selected_problem_has_roofline, no_sealed_strings_in_public,
                                     release_weights_sum_to_one)
-from pipelines.defs.weighting import coverage_above_floor, hot_problem_weights_sum_to_one
+from pipelines.defs.weighting import (coverage_above_floor, hot_problem_weights_sum_to_one,
+                                      selected_problems_are_their_operators_work)
 from release.bundle import read_release
 from tests.pipelines.conftest import QUIET, dense_store, example_store
 
@@ -44,7 +45,7 @@ def _meta(evaluation) -> dict:
 def test_every_check_passes_on_the_examples_but_the_roofline_one_is_judged_elsewhere(materialized):
     _, summary = materialized
     passed = {k: v for k, v in summary["checks"].items() if "every_selected_problem_has_roofline" not in k}
-    assert len(passed) == len(summary["traces"]) + 5 and all(passed.values()), passed
+    assert len(passed) == len(summary["traces"]) + 6 and all(passed.values()), passed
 
 
 # ---- conservation of GPU time per trace ----------------------------------------------------------
@@ -147,6 +148,27 @@ def test_coverage_floor_is_a_warning_that_passes_at_and_fails_above_the_coverage
     above = example_store(materialized_copy.out, coverage_floor=coverage + 1e-6)
     evaluation, success = run_check(above, coverage_above_floor)
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN and success
+
+
+# ---- selected problems are their operators' work ---------------------------------------------------
+
+def test_a_gemm_problem_made_of_casts_is_refused_by_name(materialized_copy, run_check):
+    """A store whose provenance says the heaviest GEMM problem's time ran in cast kernels (what classification
+    once gave `aten::linear > aten::to > aten::_to_copy > aten::copy_` under autocast): the blocking check fails
+    and names that problem."""
+    evaluation, _ = run_check(materialized_copy, selected_problems_are_their_operators_work)
+    assert evaluation.passed and _meta(evaluation)["refused"] == 0 and _meta(evaluation)["problems"] > 0
+    selected = pl.read_parquet(materialized_copy.weights_dir / "hot_problems.parquet")
+    gemm = selected.filter(pl.col("operator") == "gemm").sort("weight", descending=True).row(0, named=True)
+    cast = "void at::native::vectorized_elementwise_kernel<4, at::native::float16_copy_kernel_cuda(at::TensorIteratorBase&)>"
+    for path in (materialized_copy.trace_store_dir / "provenance").glob("*.parquet"):
+        rows = pl.read_parquet(path)
+        hit = (pl.col("operator") == "gemm") & (pl.col("shape") == gemm["shape"])
+        rows.with_columns(pl.when(hit).then(pl.lit(cast)).otherwise(pl.col("kernel")).alias("kernel")).write_parquet(path)
+    evaluation, success = run_check(materialized_copy, selected_problems_are_their_operators_work)
+    meta = _meta(evaluation)
+    assert not evaluation.passed and not success and meta["refused"] == 1 and meta["lowest_own_share"] == 0.0
+    assert gemm["shape"] in str(meta["refused_problems"])
 
 
 # ---- nothing sealed in public files ----------------------------------------------------------------

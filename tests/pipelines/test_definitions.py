@@ -24,7 +24,7 @@ def test_definitions_load_with_every_asset_check_job_sensor_and_schedule():
     checks = {f"{k.asset_key.to_user_string()}:{k.name}" for k in repo.asset_graph.asset_check_keys}
     assert checks >= {
         "kernel_events:gpu_time_conserved", "fleet_weights:weights_sum_to_one", "fleet_weights:coverage_above_floor",
-        "release_bundle:no_sealed_strings_in_public", "release_bundle:weights_sum_to_one",
+        "fleet_weights:selected_problems_are_their_operators_work", "release_bundle:no_sealed_strings_in_public", "release_bundle:weights_sum_to_one",
         "release_bundle:every_selected_problem_has_roofline"}
     jobs = {j.name for j in repo.get_all_jobs()}
     assert {"ingest_trace", "refresh_weights", "evaluate_submission", "rescore"} <= jobs
