@@ -6,11 +6,14 @@ import argparse
 import atexit
 import gc
 import json
+import os
 import sys
 from pathlib import Path
 
 from ingest.cluster import add_cluster_argument
 from ingest.discovery import discover
+from ingest.limits import limits
+from ingest.tracefile import is_url
 
 def _progress(items, total=None):
     total = len(items) if total is None else total
@@ -30,6 +33,11 @@ def run_ingest(args: argparse.Namespace) -> int:
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
+    missing = [name for name in args.traces if not is_url(name) and not os.path.lexists(name)]
+    if missing:  # before anything is read or created: a mistyped name makes no store
+        print(f"hotshape ingest: {missing[0]}: no such file or directory", file=sys.stderr)
+        return 2
+    limits()  # a malformed bound in the environment is one line here, not one quarantine per trace
     paths = discover(args.traces)
     if not paths:
         print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
@@ -44,7 +52,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
         gc.freeze()  # so no collection walks them again (they cost 20 ms of collections in a one-trace ingest)
 
-    from ingest.tracefile import is_url, trace_name
+    from ingest.tracefile import trace_name
 
     one = args.traces[0] if len(args.traces) == 1 else None
     # names in the store are relative to the one folder named (a URL's too: discover listed it as one)

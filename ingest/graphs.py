@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import difflib
-import gzip
 import json
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +16,8 @@ from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
 from ingest.schema import CAPTURE_COLUMNS
-from ingest.tracefile import file_exists, read_file, sibling, trace_name
+from ingest.tracefile import (decompress, file_exists, is_url, read_file, read_trace_file, sibling, trace_name,
+                              within_folder)
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>;
 # torch.compile's CUDA-graph trees (mode="reduce-overhead", TraceLens' xDiT captures) record each
@@ -53,7 +52,14 @@ def capture_traces_for(trace_path: str | Path) -> list[str | Path]:
         raise TraceError(sidecar, f"invalid JSON ({exc})") from None
     if isinstance(entries, dict):
         entries = [entries]
-    files = [sibling(sidecar, e["file"]) for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
+    names = [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
+    for name in names:
+        if not within_folder(name):
+            raise TraceError(sidecar, f"capture trace {name!r} is not a file of its folder (no '..', no absolute path)")
+    files = [sibling(sidecar, name) for name in names]
+    for file in files:
+        if not is_url(file) and not Path(file).resolve().is_relative_to(Path(sidecar).resolve().parent):
+            raise TraceError(sidecar, f"capture trace {Path(file).name!r} is a link out of its folder")
     return [f for f in files if file_exists(f)]
 
 
@@ -67,14 +73,9 @@ def _step_token(launch_name: str, kernel: str | None) -> str | None:
 
 def _load(path: str | Path) -> dict:
     try:
-        raw = read_file(path)
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = orjson.loads(raw)
-    except OSError as exc:
-        raise TraceError(path, f"cannot read ({exc})") from None
-    except (EOFError, zlib.error, orjson.JSONDecodeError) as exc:
-        raise TraceError(path, f"invalid gzip or JSON ({exc})") from None
+        doc = orjson.loads(decompress(path, read_trace_file(path)))
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(path, f"invalid JSON ({exc})") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -45,6 +45,7 @@ from ingest.kineto_fields import (
     sort_roles,
 )
 from ingest.kineto_split import Helper, head_text
+from ingest.limits import LIMIT_EVENTS_ENV, limits
 from ingest.tracefile import TraceBytes, TraceError, trace_id_of  # noqa: F401  (TraceError, trace_id_of re-exported)
 
 
@@ -143,6 +144,7 @@ def read_kineto(source: str | Path | TraceBytes) -> KinetoTrace:
             return trace
     doc = decode_document(path, text)
     del text
+    _check_events(path, len(doc.traceEvents))
     base = doc.baseTimeNanoseconds
     base_ns = int(base) if base is not None else 0
     try:
@@ -194,7 +196,14 @@ def read_split(path: str | Path, trace_id: str, text: bytes, helper: Helper) -> 
         return None
     if not activities.name:
         return None
+    _check_events(path, len(head.traceEvents) + tail_events)
     return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(head.traceEvents) + tail_events)
+
+
+def _check_events(path, events: int) -> None:
+    bound = limits().max_events
+    if events > bound:
+        raise TraceError(path, f"more than {bound} events, the bound on a trace's events ({LIMIT_EVENTS_ENV} raises it)")
 
 
 _LIMIT_US = 9 * 10**15  # ns of µs beyond it come near the end of int64 (year 2255 in epoch time)

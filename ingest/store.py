@@ -36,8 +36,8 @@ import msgspec
 import polars as pl
 
 from ingest.schema import parquet
-from ingest.tracefile import (TraceError, file_size, is_url, prefetched_id, read_file, sibling, trace_id_of,
-                              trace_name)
+from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, read_file, sibling,
+                              trace_id_of, trace_name)
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -85,7 +85,7 @@ def _hash(path: str | Path) -> str | TraceError:
     if prefetched is not None:
         return prefetched
     try:
-        return trace_id_of(read_file(path))
+        return file_trace_id(path)
     except OSError as exc:
         return TraceError(path, f"cannot read ({exc.strerror or exc})")
 
@@ -360,7 +360,7 @@ class TraceStore:
             # Every profile of a deployment names the same capture traces: each file is hashed once per run.
             digest = report.capture_ids.get(str(f))
             if digest is None:
-                digest = report.capture_ids[str(f)] = trace_id_of(read_file(f))
+                digest = report.capture_ids[str(f)] = file_trace_id(f)
             digests.append(digest)
         return tuple(digests)
 
@@ -701,6 +701,6 @@ def _parse_one(task: tuple, store: TraceStore):
     try:
         return ingest_trace(path, name, captures=[], taxonomy=taxonomy, capture_events=capture_events)
     except Exception as exc:  # noqa: BLE001 - any failure of one trace quarantines it; the rest go on
-        tid = trace_id_of(read_file(path))
+        tid = file_trace_id(path)
         store.quarantine(tid, exc.problem if isinstance(exc, TraceError) else failure_reason(exc))
         return tid

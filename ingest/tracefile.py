@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import struct
 import threading
 import zlib
 from pathlib import Path
 
-try:  # ISA-L's inflate: the same output and checks as zlib's in ~60% of its CPU time (a trace's gunzip: 4.4 -> 2.5 ms)
+from ingest.limits import LIMIT_BYTES_ENV, limits
+from ingest.plain import plain
+
+try:  # ISA-L's inflate: the same output and checks as zlib's in a fraction of its CPU time
     from isal import isal_zlib
 except ImportError:  # zlib is the plain path, and the one where the wheel is missing
     isal_zlib = None
@@ -65,6 +66,14 @@ def file_size(name: str | Path) -> int:
     return Path(name).stat().st_size
 
 
+def within_folder(relative: str) -> bool:
+    """Whether a relative name (a glob, a file named by a sidecar) stays inside the folder it is relative to:
+    not absolute, no drive, no URL, no `..` part (either slash)."""
+    parts = relative.replace("\\", "/").split("/")
+    return bool(relative) and not (relative.startswith(("/", "\\", "~")) or ".." in parts or "://" in relative
+                                   or "::" in relative or relative[1:2] == ":")
+
+
 def sibling(name: str | Path, *parts: str) -> str | Path:
     """The file at `parts` under the folder of `name` (a path or an fsspec URL)."""
     if is_url(name):
@@ -87,50 +96,95 @@ def trace_id_of(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-_DEFLATE_MAX_RATIO = 1032  # deflate cannot expand its input more than this
-_GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1, ID2 and CM (deflate, the one method) that every gzip member begins with
+_READ_BLOCK = 4 * 2**20
 
 
-def zlib_inflate(raw: bytes, size: int) -> bytes:
-    """The text of a gzip file's first member, into a buffer of `size` bytes (the trailer's size), by zlib."""
-    return zlib.decompress(raw, wbits=31, bufsize=max(size, 1))
+def file_trace_id(name: str | Path) -> str:
+    """trace_id_of the file's bytes, read a block at a time (a file of any size costs a block of memory)."""
+    digest = hashlib.sha256()
+    if is_url(name):
+        fs, path = _fs(name)
+        opened = fs.open(path, "rb")
+    else:
+        opened = open(name, "rb")
+    with opened as f:
+        while block := f.read(_READ_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()[:16]
 
 
-def isal_inflate(raw: bytes, size: int) -> bytes:
-    """zlib_inflate by ISA-L: one member, its CRC and size checked, as zlib does (tests/ingest/test_kineto.py)."""
-    return isal_zlib.decompress(raw, wbits=31, bufsize=max(size, 1))
-
-
-# The inflate decompress uses, and the errors it raises on a damaged stream.
-inflate, INFLATE_ERRORS = ((isal_inflate, (zlib.error, isal_zlib.error)) if isal_zlib is not None
-                           else (zlib_inflate, (zlib.error,)))
-
-
-def decompress(path: Path, raw: bytes) -> bytes:
-    """The JSON text of a trace file's bytes, gunzipped when they are gzip."""
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    # The gzip trailer holds the text's size (mod 2**32): inflating into a buffer of exactly that
-    # size takes 2/3 of gzip.decompress's time and no second copy of the text. zlib checks the
-    # first member's own CRC and size and stops after it, so the file's last trailer must be that
-    # member's: no second member can start where the gzip magic occurs nowhere after the header;
-    # else the text's CRC must match the last trailer's too (0.02 s for 82 MB, found in a
-    # compressed file now and then). Anything else (several members, a damaged file whose
-    # "trailer" is noise) goes the general way. The one case this cannot tell apart is a file
-    # whose members all hold the same text: it reads as one copy of that text. Checking for it
-    # (zlib.decompressobj's unused_data) costs half again the inflate time.
-    crc, size = struct.unpack("<II", raw[-8:]) if len(raw) >= 8 else (None, 0)
-    if size <= len(raw) * _DEFLATE_MAX_RATIO:
-        try:
-            text = inflate(raw, size)
-            if len(text) % 2**32 == size and (raw.find(_GZIP_MAGIC, 10) < 0 or zlib.crc32(text) == crc):
-                return text
-        except (*INFLATE_ERRORS, MemoryError):
-            pass
+def read_trace_file(name: str | Path) -> bytes:
+    """The bytes of a trace file, or a TraceError naming it when it cannot be read or is larger than a trace's
+    text may be (limits().max_text_bytes: gzip never shrinks a text below its own size by much)."""
     try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
+        size = file_size(name)
+        if size > limits().max_text_bytes:
+            raise TraceError(name, f"file of {size} bytes, over the bound on a trace's text "
+                                   f"({limits().max_text_bytes} bytes; {LIMIT_BYTES_ENV} raises it)")
+        return read_file(name)
+    except OSError as exc:
+        raise TraceError(name, f"cannot read ({exc.strerror or exc})") from None
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 16 * 2**20  # text inflated per step: ISA-L inflates 16 MB steps in a third of the time of one buffer
+
+
+def _decompressor():
+    # ISA-L's inflate (the same output and checks as zlib's, in a fraction of its CPU time) where installed and
+    # the fast paths are on; zlib's is the plain one.
+    return (isal_zlib if isal_zlib is not None and not plain() else zlib).decompressobj(wbits=31)
+
+
+def inflate_chunks(path: str | Path, raw: bytes, limit: int | None = None):
+    """The JSON text of a trace file's bytes in steps of at most CHUNK_BYTES (one step: the bytes themselves when
+    they are not gzip), every gzip member in turn, each member's CRC and size checked; a TraceError naming the
+    file and the bound once the text passes `limit` bytes (default: limits().max_text_bytes), before more of it
+    is inflated."""
+    limit = limits().max_text_bytes if limit is None else limit
+    if raw[:2] != _GZIP_MAGIC:
+        if len(raw) > limit:
+            raise TraceError(path, _over_text_limit(limit))
+        yield raw
+        return
+    total = 0
+    data = memoryview(raw)
+    try:
+        while True:
+            inflater = _decompressor()
+            while True:
+                text = inflater.decompress(data, CHUNK_BYTES)
+                total += len(text)
+                if total > limit:
+                    raise TraceError(path, _over_text_limit(limit))
+                if text:
+                    yield text
+                data = inflater.unconsumed_tail
+                if inflater.eof or (not data and not text):
+                    break
+            if not inflater.eof:
+                raise TraceError(path, "truncated or corrupt gzip (the stream ends before its last member does)")
+            data = inflater.unused_data.lstrip(b"\0")  # gzip pads members with zeros now and then
+            if not data:
+                return
+            if data[:2] != _GZIP_MAGIC:
+                raise TraceError(path, "truncated or corrupt gzip (bytes after the last member are not gzip)")
+    except _INFLATE_ERRORS as exc:
         raise TraceError(path, f"truncated or corrupt gzip ({exc})") from None
+
+
+_INFLATE_ERRORS = (zlib.error, isal_zlib.error) if isal_zlib is not None else (zlib.error,)
+
+
+def _over_text_limit(limit: int) -> str:
+    return (f"inflates to more than {limit} bytes of JSON, the bound on a trace's text "
+            f"({LIMIT_BYTES_ENV} raises it; docs/bad-input.md)")
+
+
+def decompress(path: str | Path, raw: bytes, limit: int | None = None) -> bytes:
+    """The JSON text of a trace file's bytes, gunzipped when they are gzip (inflate_chunks, joined)."""
+    chunks = list(inflate_chunks(path, raw, limit))
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"  # the top-level key of rocprofv3's JSON output
@@ -163,10 +217,7 @@ class TraceBytes:
 
     def _load(self) -> None:
         try:
-            try:
-                raw = read_file(self.path)
-            except OSError as exc:
-                raise TraceError(self.path, f"cannot read ({exc.strerror or exc})") from None
+            raw = read_trace_file(self.path)
             self._trace_id = trace_id_of(raw)
             self._hashed.set()
             text = decompress(self.path, raw)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path, PurePosixPath
 
@@ -12,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from catalogue.vocabulary import PHASES, ROW_PHASES
+from ingest.tracefile import is_url
 from release import ids
 from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, intervals_files,
                             json_bytes, read_release, table_file, weights_file, write_bundle)
@@ -53,9 +57,26 @@ def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None 
     root = Path(traces_root)
     fleet = load_fleet(fleet_path, root, accelerators=set(hardware) if hardware else None)
     names = sorted(fleet.assignment())
-    ts = TraceStore(store)
-    report = ts.ingest([root / n for n in names], names, jobs=jobs, cluster=cluster, meanwhile=_release_imports)
-    return mine_store(ts, fleet, report.ids, policy, unreadable=report.unreadable)
+    with _removed_on_failure(store):
+        ts = TraceStore(store)
+        report = ts.ingest([root / n for n in names], names, jobs=jobs, cluster=cluster, meanwhile=_release_imports)
+        return mine_store(ts, fleet, report.ids, policy, unreadable=report.unreadable)
+
+
+@contextmanager
+def _removed_on_failure(store: str | Path):
+    """A local trace store that did not exist before, removed again when reading the traces into it fails (no
+    trace readable, a bad fleet): such a build leaves nothing behind. A store that existed keeps what was parsed
+    into it, and so does one whose traces were read before a later step failed (they are valid whatever the
+    release is called)."""
+    local = not is_url(str(store))
+    fresh = local and not os.path.lexists(store)
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            shutil.rmtree(store, ignore_errors=True)
+        raise
 
 
 def _release_imports() -> None:
@@ -315,6 +336,9 @@ def build_release(traces: str | Path, fleet: str | Path, out: str | Path, *, nam
     lacks first; or, already mined from a store, from `mined` (the Dagster path).
     """
     hardware = load_hardware_or_none() if hardware is None else hardware
+    if os.path.lexists(out) and not (Path(out).is_dir() and not any(Path(out).iterdir())):
+        # write_bundle checks it again under the lock; here it stops the build before any trace is parsed
+        raise ReleaseError(f"{out}: already exists; give a new --out (releases are never overwritten)")
     if mined is None:
         mined = mine(traces, fleet, hardware, policy, store=store or default_store(out), jobs=jobs, cluster=cluster)
     admit(mined, fleet)

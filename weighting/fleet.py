@@ -16,6 +16,10 @@ import yaml
 
 from catalogue.vocabulary import PHASES
 from ingest.discovery import is_profile
+from ingest.tracefile import within_folder
+
+
+MAX_FLEET_BYTES = 16 * 2**20  # a fleet of thousands of deployments is a few hundred kB
 
 
 class FleetError(ValueError):
@@ -132,27 +136,54 @@ def _hardware_names() -> set[str]:
 
 
 class _Root:
-    """A trace root, local or fsspec URL, that can list and glob files as relative posix paths."""
+    """A trace root, local or fsspec URL, that can list and glob files as relative posix paths, none outside it."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, source: str):
         self.text = str(root)
         if "://" in self.text:
             import fsspec
 
             self.fs, self.base = fsspec.core.url_to_fs(self.text)
+            if not self.fs.isdir(self.base):
+                raise FleetError(f"{self.text}: the trace root is not a folder (named by --traces for {source})")
         else:
             self.fs, self.base = None, Path(root)
+            if not self.base.is_dir():
+                missing = "does not exist" if not self.base.exists() else "is not a folder"
+                raise FleetError(f"{self.text}: the trace root {missing} (named by --traces for {source})")
+            self.real = self.base.resolve()
 
-    def glob(self, pattern: str) -> list[str]:
+    def glob(self, pattern: str, where: str) -> list[str]:
+        """The files `pattern` matches under the root; a FleetError naming `where` (the entry) when the pattern
+        or a file it matches lies outside the root (a `..`, an absolute path, a link out of the root)."""
+        if not within_folder(pattern):
+            raise FleetError(f"{where} glob {pattern!r} leaves the trace root {self.text} "
+                             "(globs are relative to it: no '..', no absolute path or URL)")
         if self.fs is None:
             hits = [p for p in self.base.glob(pattern) if p.is_file()]
+            for p in hits:
+                if not p.resolve().is_relative_to(self.real):
+                    raise FleetError(f"{where} glob {pattern!r} matches {p.relative_to(self.base).as_posix()}, "
+                                     f"a link to {p.resolve()} outside the trace root {self.text}")
             return sorted(p.relative_to(self.base).as_posix() for p in hits)
         base = self.base.rstrip("/")
-        hits = self.fs.glob(f"{base}/{pattern}")
-        return sorted(h[len(base) + 1 :] for h in hits if self.fs.isfile(h))
+        hits = [h for h in self.fs.glob(f"{base}/{pattern}") if self.fs.isfile(h)]
+        for h in hits:
+            if not h.startswith(f"{base}/") or not within_folder(h[len(base) + 1:]):
+                raise FleetError(f"{where} glob {pattern!r} matches {h}, outside the trace root {self.text}")
+        return sorted(h[len(base) + 1 :] for h in hits)
 
     def all_traces(self) -> list[str]:
-        return [p for p in self.glob("**/*") if is_profile(p)]
+        try:
+            return [p for p in self.glob("**/*", "the trace root's") if is_profile(p)]
+        except FleetError:  # a link out of the root that no deployment claims is left alone, never read
+            return [p for p in self._inside("**/*") if is_profile(p)]
+
+    def _inside(self, pattern: str) -> list[str]:
+        if self.fs is not None:
+            return []
+        return sorted(p.relative_to(self.base).as_posix() for p in self.base.glob(pattern)
+                      if p.is_file() and p.resolve().is_relative_to(self.real))
 
 
 def _positive(value, where: str) -> float:
@@ -247,9 +278,27 @@ def load_fleet(
     """
     source = str(path)
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        size = Path(path).stat().st_size
+        if size > MAX_FLEET_BYTES:
+            raise FleetError(f"{source}: {size} bytes, over the {MAX_FLEET_BYTES} a fleet file may hold")
+        doc = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise FleetError(f"{source}: no such fleet file") from None
+    except IsADirectoryError:
+        raise FleetError(f"{source}: a folder, not a fleet file") from None
+    except UnicodeDecodeError as exc:
+        raise FleetError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise FleetError(f"{source}: not valid YAML: {exc}") from exc
+        raise FleetError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise FleetError(f"{source}: nested too deeply to be a fleet file") from None
+    try:
+        return _validated(doc, source, trace_root, accelerators, known_traces)
+    except RecursionError:
+        raise FleetError(f"{source}: nested too deeply to be a fleet file") from None
+
+
+def _validated(doc, source: str, trace_root, accelerators, known_traces) -> Fleet:
     if not isinstance(doc, dict):
         raise FleetError(f"{source}: field 'deployments' must be a non-empty list (the file is not a mapping)")
     try:  # the structure first: an unknown (misspelt) field anywhere is an error, never ignored
@@ -272,13 +321,18 @@ def load_fleet(
             raise FleetError(f"{source}: deployment id {d.id!r} appears twice (field 'id')")
         seen.add(d.id)
 
-    root = _Root(trace_root)
+    for d in deployments:  # every glob stays inside the root, before anything under it is listed
+        for pattern in d.traces:
+            if not within_folder(pattern):
+                raise FleetError(f"{source}: deployment {d.id!r}: field 'traces' glob {pattern!r} leaves the trace "
+                                 f"root {trace_root} (globs are relative to it: no '..', no absolute path or URL)")
+    root = _Root(trace_root, source)
     owner: dict[str, str] = {}
     resolved = []
     for d in deployments:
         paths: list[str] = []
         for pattern in d.traces:
-            hits = root.glob(pattern)
+            hits = root.glob(pattern, f"{source}: deployment {d.id!r}: field 'traces'")
             if not hits:
                 raise FleetError(
                     f"{source}: deployment {d.id!r}: field 'traces' glob {pattern!r} matches nothing under {root.text}"

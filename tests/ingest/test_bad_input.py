@@ -81,3 +81,98 @@ def test_cli_reports_quarantine_and_exit_status(public_traces, tmp_path, good_tr
         cwd=REPO,
     )
     assert only_bad.returncode == 1 and "broken.json.gz" in only_bad.stderr
+
+
+def _bomb(path, text_bytes: int):
+    """A gzip whose text is one JSON string of `text_bytes` bytes inside a trace document: a few kB on disk."""
+    import zlib
+
+    packer = zlib.compressobj(9, wbits=31)
+    block = b"a" * 2**20
+    parts = [packer.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "')]
+    parts += [packer.compress(block) for _ in range(text_bytes // len(block))]
+    parts += [packer.compress(b'", "ts": 1, "dur": 1}]}'), packer.flush()]
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_a_trace_inflating_past_the_bound_is_refused_naming_file_and_bound(tmp_path, monkeypatch):
+    bomb = _bomb(tmp_path / "bomb.json.gz", 64 * 2**20)
+    monkeypatch.setenv("HOTSHAPE_MAX_TRACE_BYTES", str(8 * 2**20))
+    with pytest.raises(TraceError) as info:
+        read_events(bomb)
+    assert str(bomb) in str(info.value) and str(8 * 2**20) in info.value.problem
+    assert "HOTSHAPE_MAX_TRACE_BYTES" in info.value.problem
+
+
+def test_a_plain_json_file_over_the_bound_is_not_read(tmp_path, monkeypatch, good_trace):
+    import gzip
+
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(good_trace.read_bytes()))
+    monkeypatch.setenv("HOTSHAPE_MAX_TRACE_BYTES", str(plain.stat().st_size - 1))
+    with pytest.raises(TraceError, match=r"plain.json: file of \d+ bytes, over the bound"):
+        read_events(plain)
+    monkeypatch.setenv("HOTSHAPE_MAX_TRACE_BYTES", str(plain.stat().st_size))
+    assert read_events(plain).height == 30
+
+
+def _cli(*args, env=None):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def test_cli_quarantines_a_bomb_naming_the_file_and_the_bound(tmp_path, good_trace):
+    bomb = _bomb(tmp_path / "bomb.json.gz", 64 * 2**20)
+    proc = _cli("ingest", good_trace, bomb, "--out", tmp_path / "out", env={"HOTSHAPE_MAX_TRACE_BYTES": "8000000"})
+    assert proc.returncode == 0, proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "bomb" in x]
+    assert line.startswith(f"quarantined  {bomb}: inflates to more than 8000000 bytes")
+
+
+def test_cli_of_a_missing_file_is_one_line_exit_2_and_no_store(tmp_path, good_trace):
+    for named in ([tmp_path / "nope.json.gz"], [good_trace, tmp_path / "nope.json.gz"]):
+        proc = _cli("ingest", *named, "--out", tmp_path / "store")
+        assert proc.returncode == 2
+        assert proc.stderr == f"hotshape ingest: {tmp_path / 'nope.json.gz'}: no such file or directory\n"
+        assert not (tmp_path / "store").exists()
+
+
+def test_cli_with_a_malformed_bound_is_one_line_exit_2(tmp_path, good_trace):
+    proc = _cli("ingest", good_trace, "--out", tmp_path / "store", env={"HOTSHAPE_MAX_TRACE_BYTES": "lots"})
+    assert proc.returncode == 2 and proc.stderr == "hotshape ingest: HOTSHAPE_MAX_TRACE_BYTES='lots': not a whole number\n"
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_capture_sidecar_naming_a_file_outside_its_folder_is_refused(tmp_path, good_trace):
+    from ingest.graphs import capture_traces_for
+
+    folder = tmp_path / "run"
+    (folder / "capture_traces").mkdir(parents=True)
+    trace = folder / "profile.json.gz"
+    trace.write_bytes(good_trace.read_bytes())
+    (tmp_path / "secret.json.gz").write_bytes(good_trace.read_bytes())
+    sidecar = folder / "capture_traces" / "execution_details.json"
+    for name in ("../../secret.json.gz", "/etc/passwd"):
+        sidecar.write_text(json.dumps([{"file": name}]))
+        with pytest.raises(TraceError) as info:
+            capture_traces_for(trace)
+        assert info.value.path == str(sidecar) and repr(name) in info.value.problem
+    (folder / "capture_traces" / "link.json.gz").symlink_to(tmp_path / "secret.json.gz")
+    sidecar.write_text(json.dumps([{"file": "link.json.gz"}]))
+    with pytest.raises(TraceError, match="'link.json.gz' is a link out of its folder"):
+        capture_traces_for(trace)
+
+
+def test_a_trace_over_the_bound_on_events_is_refused_naming_it(monkeypatch, good_trace):
+    from ingest.kineto_json import decode_document
+    from ingest.tracefile import decompress
+
+    events = len(decode_document(good_trace, decompress(good_trace, good_trace.read_bytes())).traceEvents)
+    monkeypatch.setenv("HOTSHAPE_MAX_TRACE_EVENTS", str(events - 1))
+    with pytest.raises(TraceError, match=rf"good.json.gz: more than {events - 1} events"):
+        read_events(good_trace)
+    monkeypatch.setenv("HOTSHAPE_MAX_TRACE_EVENTS", str(events))
+    assert read_events(good_trace).height == 30
