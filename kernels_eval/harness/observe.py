@@ -262,6 +262,7 @@ def audit_mode_class(poison_ops: frozenset, allowed_ops: frozenset):
             super().__init__()
             self.ops: dict[str, int] = {}
             self.channel, self.poison = channel, poison
+            self.recorder = None  # discovery.Recorder of a recorded call: sees each op with its result
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
@@ -276,6 +277,8 @@ def audit_mode_class(poison_ops: frozenset, allowed_ops: frozenset):
                     out.fill_(float("nan"))
                 elif out.dtype != torch.bool and not out.is_complex():
                     out.fill_(torch.iinfo(out.dtype).min + 3 if out.dtype != torch.uint8 else 0xA5)
+            if self.recorder is not None:
+                self.recorder.op(name, args, kwargs or {}, out)
             return out
 
     return Audit

@@ -41,14 +41,15 @@ class WorkerProcess:
     def __init__(self, *, device: str, log_path: Path, memory_bytes: int, start_timeout_s: float,
                  wait: bool = True, sandboxed: bool = True, max_processes: int = 64, scratch: Path | None = None,
                  files: tuple[Path, ...] = (), use_cgroup: bool = True, visible_device: int | None = None,
-                 triton_cache: Path | None = None, keep_autotuning: bool = True) -> None:
+                 triton_cache: Path | None = None, keep_autotuning: bool = True,
+                 module: str = "kernels_eval.harness.worker") -> None:
         """Spawn the worker (in the sandbox unless sandboxed=False; `scratch` is its one writable directory,
         `files` the candidate files it may read); with wait=False return at once and let the first request
         wait for its ready line (so the next operator's worker can import torch while the current one is
         judged). `visible_device` (a CUDA index of this process) is the one GPU the worker is shown;
         `triton_cache` the candidate file's persistent compile cache (None: the run's own, in `scratch`), where
         Triton also keeps the file's autotuning (with keep_autotuning=False it reuses what was kept there and
-        keeps nothing)."""
+        keeps nothing). `module`: the program it runs (the worker, or the trusted replay, harness/replay.py)."""
         bwrap = sandbox.find_bwrap() if sandboxed else None
         if sandboxed and bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
@@ -56,7 +57,7 @@ class WorkerProcess:
         res_r, res_w = os.pipe()
         obs_r, obs_w = os.pipe()  # observations of each call, written as they happen (harness/observe.py)
         os.set_blocking(obs_r, False)
-        argv = [sys.executable, "-m", "kernels_eval.harness.worker", str(cmd_r), str(res_w), str(obs_w)]
+        argv = [sys.executable, "-m", module, str(cmd_r), str(res_w), str(obs_w)]
         if bwrap is not None:
             argv, env = sandbox.bwrap_command(bwrap, argv, device=device, scratch=scratch or log_path.parent,
                                               files=files, visible_device=visible_device, file_cache=triton_cache,

@@ -25,6 +25,7 @@ from pathlib import Path
 from kernels_eval import registry
 from kernels_eval.harness import adoption, channel, observe
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
+from kernels_eval.harness.judge import Recorded, Replayer
 from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
@@ -124,6 +125,9 @@ class OperatorJudge:
         self.observed: list[str] = []  # host escapes / threads the worker's channel recorded (see `_observe`)
         self.observed_ops: dict[str, int] = {}
         self.tamper: str | None = None
+        self.replayer = Replayer(operator, config, self.spec)  # the trusted replay (harness/judge.py)
+        self.state: dict = {}  # the init-time snapshot of the current Model (name -> its storage's bytes)
+        self.last_seed: int | None = None
 
     def _clock(self, step: str, began: float) -> None:
         self.spent[step] = self.spent.get(step, 0.0) + time.monotonic() - began
@@ -167,6 +171,7 @@ class OperatorJudge:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self.replayer.close()
         shutil.rmtree(self.exchange, ignore_errors=True)
 
     def _import(self, descs: dict) -> dict:
@@ -198,6 +203,10 @@ class OperatorJudge:
                               max(self.config.call_timeout_s, self.config.start_timeout_s))
         if reply.get("ok"):
             self.initialized_with = (id(self.worker), _shape_text(init_kwargs))
+            try:
+                self.state = self._import(reply.get("state") or {})
+            except ValueError as exc:
+                return {"ok": False, "error": f"the init-time state snapshot is unreadable: {exc}"}
         return reply
 
     def _ensure_init(self, init_kwargs: dict) -> None:
@@ -206,20 +215,6 @@ class OperatorJudge:
             reply = self._init(init_kwargs)
             if not reply.get("ok"):
                 raise WorkerDied(f"re-initialising the worker failed: {reply.get('error')}")
-
-    def _ghost_passes(self, model, init_kwargs: dict, input_kwargs: dict) -> bool:
-        """Ghost replay: True when the outputs stay correct with the submission's own @triton.jit launches
-        skipped (those kernels do not produce the result). A ghost call that fails or dies means they do; the
-        worker is replaced, as a skipped kernel can leave it broken (a device-side assert, say)."""
-        try:
-            reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, ghost=True)
-        except WorkerDied:
-            return False
-        if not reply.get("ok"):
-            self.worker.close()
-            self.worker = None
-            return False
-        return not failures
 
     def _expected(self, model, input_kwargs: dict, seed: int) -> tuple[dict, dict, dict | None]:
         """(pristine inputs, the reference's outputs, its tie scores) on the inputs drawn from `seed`; references
@@ -238,6 +233,7 @@ class OperatorJudge:
         import torch
 
         seed, key = secrets.randbits(62), secrets.randbits(62)
+        self.last_seed = seed
         reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, "digest_key": key, **flags})
         tamper = self._observe(reply)
         if tamper:
@@ -283,10 +279,11 @@ class OperatorJudge:
         and the checked calls' launches): `time_checked` finishes it later, in another worker."""
         v = Verdict()
         checked_us: dict[str, float] = {}  # GPU: kernel time by name over the checked calls after each shape's first
-        launches, aten_ops, errors, ghost_passed, max_err = [], {}, [], False, 0.0
+        launches, aten_ops, errors, max_err = [], {}, [], 0.0
+        replay_reason: str | None = None  # why the replay did not reproduce the output (None: it did)
         gpu = self.config.device == "cuda"
         self.spent = {}
-        # what the worker's observation channel recorded over this verdict's calls (ghost replays included)
+        # what the worker's observation channel recorded over this verdict's calls 
         self.observed, self.observed_ops, self.tamper = [], {}, None
         v.step_s = self.spent
         try:
@@ -299,11 +296,14 @@ class OperatorJudge:
                 reply = self._init(init_kwargs)
                 if not reply.get("ok"):
                     return self._fail(v, "compile", f"import/constructor failed: {reply.get('error')}")
+                recorded: list[Recorded] = []
                 for k in range(self.config.sets):
                     # a shape's first call compiles and autotunes: the worker makes one untimed call before it,
                     # with no profiler (Worker._untimed_call)
-                    reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True,
+                    reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True, record=True,
                                                              **({"tune": True} if gpu and k == 0 else {}))
+                    if reply.get("ok"):
+                        recorded.append(Recorded(reply.get("program"), self.last_seed))
                     if not reply.get("ok"):
                         stage = "compile" if index == 0 and k == 0 else "correctness"
                         return self._fail(v, stage, f"call failed: {reply.get('error')}")
@@ -317,11 +317,17 @@ class OperatorJudge:
                     max_err = max(max_err, err)
                     if failures and not errors:
                         errors = [f"input set {k + 1}, {_shape_text(input_kwargs)}: " + "; ".join(failures[:3])]
-                if any(x.get("owned") for x in launches):
-                    ghost_passed = self._ghost_passes(model, init_kwargs, input_kwargs) or ghost_passed
+                if not errors:  # the trusted replay of this shape's program decides adoption (harness/judge.py)
+                    began = time.monotonic()
+                    outcome = self.replayer.reproduce(
+                        lambda seed, m=model, kw=input_kwargs: self._expected(m, kw, seed), input_kwargs, recorded,
+                        self.state)
+                    self._clock("replay", began)
+                    if not outcome.native and replay_reason is None:
+                        replay_reason = f"{_shape_text(input_kwargs)}: {outcome.reason}"
         except WorkerDied as exc:
             return self._fail(v, "correctness" if v.compiled else "compile", str(exc))
-        if self.tamper:  # seen in a ghost replay (a judged call's tamper already failed above)
+        if self.tamper:  # seen outside a judged call's reply (a judged call's tamper already failed above)
             return self._fail(v, "correctness", f"call failed: TamperError: {self.tamper}")
         for op, n in self.observed_ops.items():  # the channel's count stands where the reply's was taken back
             aten_ops[op] = max(aten_ops.get(op, 0), n)
@@ -339,9 +345,12 @@ class OperatorJudge:
         if gpu and self.observed:
             verdict.update(native=False, fallbacks=verdict["fallbacks"] + self.observed,
                            reason=verdict["reason"] or "host-side compute or threads beside the submission's kernels")
-        if ghost_passed and verdict["native"]:
-            verdict.update(native=False, reason="outputs stay correct with the submission's @triton.jit kernels "
-                                                "skipped (they do not produce the result)")
+        # the early filter above (dispatch audit, host-escape watch) feeds `fallbacks` and the reason's detail;
+        # native is the replay's alone
+        seen = f" (the early filter saw: {'; '.join(verdict['fallbacks'][:3])})" if not verdict["native"] else ""
+        verdict.update(native=replay_reason is None and not errors,
+                       reason=f"not reproduced by the submission's kernels alone: {replay_reason}{seen}"
+                       if replay_reason else None)
         v.update(native=verdict["native"], native_fraction=verdict["native_fraction"], fallbacks=verdict["fallbacks"])
         if errors:
             return self._fail(v, "correctness", errors[0])

@@ -16,7 +16,8 @@ import threading
 import time
 import traceback
 
-from kernels_eval.harness import channel, observe, profiler_guard
+from kernels_eval.harness import channel, discovery, observe, profiler_guard
+from kernels_eval.harness.protocol import encode
 from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
 
 # Functions a candidate could patch to fake a comparison, a timing or an audit. Their identities are
@@ -87,6 +88,7 @@ class LaunchLog:
         self.ghost = False
         self.observer = observer
         self.wrappers: list = []
+        self.recorder: discovery.Recorder | None = None  # records the launch program of a recorded call
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -113,16 +115,24 @@ class LaunchLog:
                 log.events.append({"name": getattr(fn, "__name__", "?"), "file": file, "owned": owned})
             if log.ghost and owned and not kwargs.get("warmup"):
                 return None
+            recorder = log.recorder if log.active and not kwargs.get("warmup") else None
+            if recorder is not None and recorder.active:
+                recorder.launch(fn_self, args, kwargs)
+                recorder.in_launch += 1  # the interpreter's own copies of the arguments are not the program's
             observer = log.observer
-            if observer is None:
-                return original(fn_self, *args, **kwargs)
-            if log.active and threading.get_ident() != threading.main_thread().ident:
-                observer.channel.send("thread", "a kernel was launched from another thread")
-            previous = observer.launching()
             try:
-                return original(fn_self, *args, **kwargs)
+                if observer is None:
+                    return original(fn_self, *args, **kwargs)
+                if log.active and threading.get_ident() != threading.main_thread().ident:
+                    observer.channel.send("thread", "a kernel was launched from another thread")
+                previous = observer.launching()
+                try:
+                    return original(fn_self, *args, **kwargs)
+                finally:
+                    observer.launched(previous)
             finally:
-                observer.launched(previous)
+                if recorder is not None and recorder.in_launch:
+                    recorder.in_launch -= 1
 
         return run
 
@@ -188,6 +198,7 @@ class Worker:
         """Import the candidate file (once) and build Model(**init_kwargs)."""
         torch = self.torch
         self.device = msg["device"]
+        self.file = msg["file"]
         self.exchange = msg["exchange"]
         # CUDA IPC handles cannot be opened across the sandbox's pid/ipc namespaces (seen on H200: "mapping of
         # buffer object failed" in the parent): a sandboxed worker hands CUDA tensors over as host copies
@@ -252,7 +263,14 @@ class Worker:
             self.model = self.model.to(self.device)
         self._check_tamper("building Model")
         took["init_model"] = time.perf_counter() - began
-        return {"ok": True, "jit_functions": sorted(_jit_functions(self.module)), "took_s": took}
+        began = time.perf_counter()
+        # the init-time state, before any input exists: the replay restores it from here, never from later
+        state = discovery.state_tensors(self.model, torch)
+        state_files = {name: self._export(discovery.storage_bytes(t, torch), f"state{i}")
+                    for i, (name, t) in enumerate(state.items())}
+        self.state = state
+        took["init_snapshot"] = time.perf_counter() - began
+        return {"ok": True, "jit_functions": sorted(_jit_functions(self.module)), "took_s": took, "state": state_files}
 
     def call(self, msg: dict) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
@@ -277,6 +295,8 @@ class Worker:
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
         audit = self.audit_class(self.channel, poison=msg.get("poison", True))
+        recorder = self._recorder(msg, inputs)
+        audit.recorder = recorder
         threads_before = self._threads_at_start()
         depth = torch._C._len_torch_dispatch_stack()
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
@@ -307,6 +327,8 @@ class Worker:
         began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": audit.ops,
                  **self._export_call(outputs, inputs, int(msg["digest_key"]))}
+        if recorder is not None:
+            reply["program"] = encode(recorder.finish(outputs))
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -335,10 +357,17 @@ class Worker:
         reserve_free(torch, 2 * _tensor_bytes(inputs, torch))
         filled = fill_free_blocks(torch)
         threads_before = self._threads_at_start()
+        recorder = self._recorder(msg, inputs)
         self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
         try:
             with torch.no_grad(), gpu_profiler() as prof:
-                out = self._watched_model()(**inputs)
+                if recorder is not None:  # the plumbing is read at the dispatcher (a mode for this call only)
+                    mode = self.audit_class(observe.Channel(-1), poison=False)
+                    mode.recorder = recorder
+                    with mode:
+                        out = self._watched_model()(**inputs)
+                else:
+                    out = self._watched_model()(**inputs)
                 torch.cuda.synchronize()
         finally:
             self.log.active, self.log.ghost = False, False
@@ -352,6 +381,8 @@ class Worker:
         began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": {}, "records": records, "filled_bytes": filled,
                  **self._export_call(outputs, inputs, int(msg["digest_key"]))}
+        if recorder is not None:
+            reply["program"] = encode(recorder.finish(outputs))
         took["export"] = time.perf_counter() - began
         reply["took_s"] = took
         self.kept = list(outputs.values())
@@ -474,6 +505,16 @@ class Worker:
         self._threads_at_end(threads_before)
         del out, inputs
         return time.perf_counter() - began
+
+    def _recorder(self, msg: dict, inputs: dict) -> discovery.Recorder | None:
+        """The recorder of this call's launch program where the parent asked for one (never in a ghost call)."""
+        self.log.recorder = None
+        if not msg.get("record") or msg.get("ghost"):
+            return None
+        recorder = discovery.Recorder(self.file, self.state)
+        recorder.begin(inputs, self.torch)
+        self.log.recorder = recorder
+        return recorder
 
     def _watched_model(self):
         """The model's call, watched by the profiler guard where one is installed (GPU workers)."""

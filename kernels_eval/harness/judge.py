@@ -1,0 +1,141 @@
+"""The parent's side of the trusted replay: which recorded program to replay on which inputs, the replay process's
+handle, and the adoption (and, on a GPU, the time) judged from what it reproduces.
+
+Native means the reference's output is reproduced by replaying the submission's own kernels alone (plus the
+allowed tensor plumbing) on inputs its process never saw: the outputs the replay exports are compared here with
+the reference computed here, on the same seeds. Programs come from discovery (hostile): they are decoded
+strictly (protocol.decode_program) and only run by the replay, which runs no candidate Python.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels_eval.harness import channel
+from kernels_eval.harness.compare import compare_outputs, unchanged_inputs
+from kernels_eval.harness.process import WorkerDied, WorkerProcess
+from kernels_eval.harness.protocol import (LaunchProgram, ProtocolError, ReplayRequest, decode_program,
+                                           decode_result, encode)
+
+REPLAY_SETS = 2  # fresh input sets each shape's program is replayed on
+
+
+@dataclass(slots=True)
+class Recorded:
+    """One discovery call's program (as the worker sent it) and the seed of the inputs it ran on."""
+
+    program: object
+    seed: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A replay's verdict on one shape: native (and why not), the largest error, the timed calls' seconds."""
+
+    native: bool
+    reason: str | None = None
+    max_abs_err: float = 0.0
+    times_s: list[float] | None = None
+
+
+def plan(recorded: list[Recorded], data_dependent_size: bool) -> tuple[list[tuple[LaunchProgram, list[int]]], str | None]:
+    """(program, seeds to replay it on) pairs, or a reason the call is not replayable. The programs of the
+    calls after the first (which compiles and autotunes) must be one program: it is then replayed on fresh
+    seeds. Programs that differ with the data are allowed only where the operator's output sizes depend on the
+    data (its contract needs a host read); each is replayed on the inputs it was recorded on."""
+    if not recorded:
+        return [], "no call was recorded"
+    try:
+        programs = [(decode_program(r.program), r.seed) for r in recorded]
+    except ProtocolError as exc:
+        return [], f"the recorded launch program is malformed ({exc})"
+    for program, _ in programs:
+        if not program.launches():
+            return [], "no @triton.jit kernel of the submission ran"
+    for program, _ in programs:
+        if program.refused:
+            return [], "the call is not replayable from its kernels alone: " + "; ".join(program.refused[:3])
+    steady = programs[1:] or programs
+    same = all(encode(p) == encode(steady[0][0]) for p, _ in steady)
+    if same:
+        return [(steady[-1][0], [secrets.randbits(62) for _ in range(REPLAY_SETS)])], None
+    if not data_dependent_size:
+        return [], ("the launch program changed with the input data (grid or scalar arguments differ between "
+                    "input sets), which this operator's contract does not need")
+    return [(p, [seed]) for p, seed in steady], None
+
+
+class Replayer:
+    """One operator's trusted replay process (started on first use) in a private directory the workers never
+    see (its exchange files and its own Triton cache)."""
+
+    def __init__(self, operator: str, config, spec) -> None:
+        self.operator, self.config, self.spec = operator, config, spec
+        self.dir = Path(tempfile.mkdtemp(prefix=f"hotshape-replay-{operator}-"))
+        self.process: WorkerProcess | None = None
+
+    def _start(self) -> WorkerProcess:
+        from kernels_eval.harness.limits import default_memory_bytes
+
+        config = self.config
+        memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
+        return WorkerProcess(device=config.device, log_path=self.dir / "replay.log", memory_bytes=memory,
+                             start_timeout_s=config.start_timeout_s, sandboxed=config.sandbox, scratch=self.dir,
+                             max_processes=config.max_processes, files=(),
+                             visible_device=config.device_index if config.device == "cuda" else None,
+                             module="kernels_eval.harness.replay")
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.close()
+            self.process = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def reproduce(self, expected, input_kwargs: dict, recorded: list[Recorded], state: dict,
+                  time_seeds: int = 0) -> Outcome:
+        """The replay's verdict on one shape: `expected(seed)` gives (pristine inputs, reference outputs, tie
+        scores) as the judge draws them; `state` the init-time snapshot (name -> flat bytes tensor)."""
+        pairs, reason = plan(recorded, self.spec.data_dependent_size)
+        if reason:
+            return Outcome(native=False, reason=reason)
+        outcome = Outcome(native=True)
+        for program, seeds in pairs:
+            key = secrets.randbits(62)
+            exchange = str(self.dir)
+            request = ReplayRequest(operator=self.operator, device=self.config.device, program=encode(program),
+                                    input_kwargs=input_kwargs, seeds=seeds, exchange=exchange, digest_key=key,
+                                    state={name: channel.export_tensor(t, exchange, f"state{i}", cuda_ipc=False)
+                                           for i, (name, t) in enumerate(state.items())},
+                                    time_calls=time_seeds > 0,
+                                    time_seeds=[secrets.randbits(62) for _ in range(time_seeds)],
+                                    budget_s=getattr(self.config, "timing_budget_s", 0.15),
+                                    max_calls=getattr(self.config, "timing_max_calls", 200))
+            try:
+                if self.process is None:
+                    self.process = self._start()
+                reply = self.process.request(encode(request), self.config.call_timeout_s * 4)
+                reply.pop("observed", None)  # the process handle's own field (the replay has no observer)
+                result = decode_result(reply)
+            except (WorkerDied, ProtocolError) as exc:
+                self.process = None
+                return Outcome(native=False, reason=f"the replay of the recorded program failed: {exc}"[:2000])
+            if not result.ok:
+                why = result.refused or result.error or "no reason given"
+                return Outcome(native=False, reason=f"the recorded program cannot be replayed: {why}"[:2000])
+            for seed, outs, digests in zip(seeds, result.outputs, result.digests):
+                got = {name: channel.import_tensor(desc, exchange) for name, desc in outs.items()}
+                before, want, ties = expected(seed)
+                failures, err = compare_outputs(got, want, self.spec.tolerance, self.spec.order_free_outputs, ties)
+                failures += unchanged_inputs(digests, before, set(self.spec.inplace.values()), key)
+                outcome.max_abs_err = max(outcome.max_abs_err, err)
+                if failures:
+                    return Outcome(native=False, reason="the submission's kernels alone do not reproduce the "
+                                                        "reference's output on inputs its process never saw: "
+                                                        + "; ".join(failures[:3]))
+            if result.times_s is not None:
+                outcome.times_s = (outcome.times_s or []) + list(result.times_s)
+        return outcome
