@@ -40,6 +40,8 @@ class Outcome:
     reason: str | None = None
     max_abs_err: float = 0.0
     times_s: list[float] | None = None
+    timed_wrong: str | None = None  # the first wrong output of a timed call
+    kernel_us: dict | None = None
 
 
 def plan(recorded: list[Recorded], data_dependent_size: bool) -> tuple[list[tuple[LaunchProgram, list[int]]], str | None]:
@@ -62,7 +64,7 @@ def plan(recorded: list[Recorded], data_dependent_size: bool) -> tuple[list[tupl
     steady = programs[1:] or programs
     same = all(encode(p) == encode(steady[0][0]) for p, _ in steady)
     if same:
-        return [(steady[-1][0], [secrets.randbits(62) for _ in range(REPLAY_SETS)])], None
+        return [(steady[-1][0], [secrets.randbits(62) for _ in range(REPLAY_SETS)])], None  # fresh seeds
     if not data_dependent_size:
         return [], ("the launch program changed with the input data (grid or scalar arguments differ between "
                     "input sets), which this operator's contract does not need")
@@ -73,9 +75,9 @@ class Replayer:
     """One operator's trusted replay process (started on first use) in a private directory the workers never
     see (its exchange files and its own Triton cache)."""
 
-    def __init__(self, operator: str, config, spec) -> None:
-        self.operator, self.config, self.spec = operator, config, spec
-        self.dir = Path(tempfile.mkdtemp(prefix=f"hotshape-replay-{operator}-"))
+    def __init__(self, name: str, config) -> None:
+        self.config = config
+        self.dir = Path(tempfile.mkdtemp(prefix=f"hotshape-replay-{name}-"))
         self.process: WorkerProcess | None = None
 
     def _start(self) -> WorkerProcess:
@@ -83,7 +85,12 @@ class Replayer:
 
         config = self.config
         memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
-        return WorkerProcess(device=config.device, log_path=self.dir / "replay.log", memory_bytes=memory,
+        # the replay's compile cache: the run's persistent root's own directory, which no worker is shown
+        # (each worker sees only its file's directory under that root), else a private one in self.dir
+        cache = Path(config.triton_cache) / ".replay" if config.triton_cache is not None else None
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+        return WorkerProcess(triton_cache=cache, device=config.device, log_path=self.dir / "replay.log", memory_bytes=memory,
                              start_timeout_s=config.start_timeout_s, sandboxed=config.sandbox, scratch=self.dir,
                              max_processes=config.max_processes, files=(),
                              visible_device=config.device_index if config.device == "cuda" else None,
@@ -95,23 +102,26 @@ class Replayer:
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def reproduce(self, expected, input_kwargs: dict, recorded: list[Recorded], state: dict,
+    def reproduce(self, operator: str, spec, expected, input_kwargs: dict, recorded: list[Recorded], state: dict,
                   time_seeds: int = 0) -> Outcome:
-        """The replay's verdict on one shape: `expected(seed)` gives (pristine inputs, reference outputs, tie
+        """The replay's verdict on one shape of `operator` (its registry spec): `expected(seed)` gives (pristine inputs, reference outputs, tie
         scores) as the judge draws them; `state` the init-time snapshot (name -> flat bytes tensor)."""
-        pairs, reason = plan(recorded, self.spec.data_dependent_size)
+        pairs, reason = plan(recorded, spec.data_dependent_size)
         if reason:
             return Outcome(native=False, reason=reason)
         outcome = Outcome(native=True)
-        for program, seeds in pairs:
+        fresh = len(pairs) == 1 and len(pairs[0][1]) == REPLAY_SETS and pairs[0][1][0] not in {r.seed for r in recorded}
+        for index, (program, seeds) in enumerate(pairs):
             key = secrets.randbits(62)
+            timed = time_seeds > 0 and index == len(pairs) - 1
+            # a program that depends on the data is timed on the inputs it was recorded on
+            timing = [secrets.randbits(62) for _ in range(time_seeds)] if fresh else list(seeds)
             exchange = str(self.dir)
-            request = ReplayRequest(operator=self.operator, device=self.config.device, program=encode(program),
+            request = ReplayRequest(operator=operator, device=self.config.device, program=encode(program),
                                     input_kwargs=input_kwargs, seeds=seeds, exchange=exchange, digest_key=key,
                                     state={name: channel.export_tensor(t, exchange, f"state{i}", cuda_ipc=False)
                                            for i, (name, t) in enumerate(state.items())},
-                                    time_calls=time_seeds > 0,
-                                    time_seeds=[secrets.randbits(62) for _ in range(time_seeds)],
+                                    time_calls=timed, time_seeds=timing if timed else [],
                                     budget_s=getattr(self.config, "timing_budget_s", 0.15),
                                     max_calls=getattr(self.config, "timing_max_calls", 200))
             try:
@@ -127,15 +137,28 @@ class Replayer:
                 why = result.refused or result.error or "no reason given"
                 return Outcome(native=False, reason=f"the recorded program cannot be replayed: {why}"[:2000])
             for seed, outs, digests in zip(seeds, result.outputs, result.digests):
-                got = {name: channel.import_tensor(desc, exchange) for name, desc in outs.items()}
-                before, want, ties = expected(seed)
-                failures, err = compare_outputs(got, want, self.spec.tolerance, self.spec.order_free_outputs, ties)
-                failures += unchanged_inputs(digests, before, set(self.spec.inplace.values()), key)
+                failures, err = self._judge(spec, expected, seed, outs, digests, key)
                 outcome.max_abs_err = max(outcome.max_abs_err, err)
                 if failures:
                     return Outcome(native=False, reason="the submission's kernels alone do not reproduce the "
                                                         "reference's output on inputs its process never saw: "
                                                         + "; ".join(failures[:3]))
+            for k, (seed, outs, digests) in enumerate(zip(result.timed_seeds, result.timed_outputs,
+                                                          result.timed_digests)):
+                failures, _ = self._judge(spec, expected, seed, outs, digests, key)
+                if failures and outcome.timed_wrong is None:
+                    outcome.timed_wrong = f"input set {k} of the timed calls: " + "; ".join(failures[:3])
             if result.times_s is not None:
-                outcome.times_s = (outcome.times_s or []) + list(result.times_s)
+                outcome.times_s, outcome.kernel_us = list(result.times_s), dict(result.kernel_us)
         return outcome
+
+    def _judge(self, spec, expected, seed: int, outs: dict, digests: dict, key: int) -> tuple[list[str], float]:
+        """(failures, max error) of replayed outputs against the reference on `seed`'s inputs."""
+        if not isinstance(outs, dict) or not isinstance(digests, dict):
+            return ["the replay returned no outputs"], 0.0
+        got = {name: channel.import_tensor(desc, str(self.dir)) for name, desc in outs.items()}
+        before, want, ties = expected(seed)
+        failures, err = compare_outputs(got, want, spec.tolerance, spec.order_free_outputs, ties)
+        failures += unchanged_inputs(digests, before, set(spec.inplace.values()), key)
+        del got, before, want, ties
+        return failures, err

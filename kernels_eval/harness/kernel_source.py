@@ -48,6 +48,8 @@ def validate(kernel: KernelSource) -> ast.FunctionDef:
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != kernel.name:
         raise KernelRefused(f"{where}: the source must be exactly one def {kernel.name}(...)")
     fn = tree.body[0]
+    if kernel.name.startswith("_hotshape"):
+        raise KernelRefused(f"{where}: the name is the evaluator's (its timing markers)")
     if fn.decorator_list or fn.args.vararg or fn.args.kwarg:
         raise KernelRefused(f"{where}: decorators and *args/**kwargs are not plain Triton")
     for module in kernel.aliases.values():

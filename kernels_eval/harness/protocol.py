@@ -291,6 +291,10 @@ class ReplayResult:
     outputs: list[dict[str, dict]] = field(default_factory=list)
     digests: list[dict[str, str]] = field(default_factory=list)
     times_s: list[float] | None = None
+    timed_outputs: list[dict[str, dict]] = field(default_factory=list)  # each rotated set's last timed outputs
+    timed_seeds: list[int] = field(default_factory=list)
+    timed_digests: list[dict[str, str]] = field(default_factory=list)
+    kernel_us: dict[str, float] = field(default_factory=dict)  # GPU µs per timed call by kernel name
     refused: str | None = None
     error: str | None = None
 

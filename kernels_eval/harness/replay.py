@@ -71,11 +71,12 @@ def input_bases(inputs: dict, torch) -> dict:
     return bases
 
 
-def prepare(program: LaunchProgram, inputs: dict, state: dict, torch, device: str) -> dict:
-    """The memory one run of `program` uses: the inputs' storages, fresh copies of the init-time state, and each
-    allocated buffer filled with poison."""
+def prepare(program: LaunchProgram, inputs: dict, state: dict, torch, device: str, clone_state: bool = True) -> dict:
+    """The memory one run of `program` uses: the inputs' storages, the init-time state (fresh copies, unless
+    `clone_state` is False: a timing shares it and checks it unchanged), and each allocated buffer filled with
+    poison."""
     bases = input_bases(inputs, torch)
-    bases.update({("state", name): t.clone() for name, t in state.items()})
+    bases.update({("state", name): t.clone() if clone_state else t for name, t in state.items()})
     for step in program.steps:
         if isinstance(step, Alloc):
             bases[("buffer", step.buffer)] = torch.full((step.nbytes,), POISON_BYTE, dtype=torch.uint8, device=device)
@@ -117,12 +118,25 @@ def make_inputs(reference, input_kwargs: dict, seed: int, torch, device: str) ->
     return reference.make_inputs(**input_kwargs, device=device, generator=g)
 
 
+ROTATION_BYTES = 2 << 30  # input sets a timing rotates through take at most this much (at least two sets)
+
+
+def buffers_of(bases: dict) -> list:
+    """The memory a program allocates in one prepared run (what is poisoned again before each timed call)."""
+    return [t for (role, _), t in bases.items() if role == "buffer"]
+
+
 def time_program(program: LaunchProgram, kernels: dict, input_sets: list[dict], state: dict, *,
-                 budget_s: float = 0.15, min_calls: int = 10, max_calls: int = 200, warmup: int = 3) -> list[float]:
-    """Seconds of each timed call of `program` on a GPU: the sum of the durations of the GPU work each call ran
-    (CUPTI records between the evaluator's markers; the start marker flushes L2), the calls issued back to
-    back, each on the next of `input_sets` (rotated) with its own freshly poisoned buffers and state. The entry
-    point an autotuning protocol times each configuration's program with."""
+                 budget_s: float = 0.15, min_calls: int = 10, max_calls: int = 200, warmup: int = 3):
+    """(seconds of each timed call, each input set's outputs after its last timed call, µs per call by kernel
+    name) of `program` on a GPU.
+
+    A call's time is the sum of the durations of the GPU work it ran (CUPTI records between the evaluator's
+    markers; the start marker flushes L2), so host launch gaps are not counted. The calls are issued back to
+    back, each on the next of `input_sets` (rotated); before each, the memory the program allocates is poisoned
+    again (outside the markers), so no call can reuse an earlier call's work, and the init-time state is
+    checked unchanged afterwards (a kernel that caches results in it is refused). The entry point an autotuning
+    protocol times each configuration's program with."""
     import torch
 
     from kernels_eval.harness import spans
@@ -130,30 +144,52 @@ def time_program(program: LaunchProgram, kernels: dict, input_sets: list[dict], 
     from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records
 
     markers = Markers(L2_FLUSH_BYTES)
+    state_before = {name: t.clone() for name, t in state.items()}
+    memory = [prepare(program, inputs, state, torch, "cuda", clone_state=False) for inputs in input_sets]
     for k in range(warmup):
-        run_program(program, kernels, input_sets[k % len(input_sets)], state, torch, "cuda")
+        run_steps(program, kernels, memory[k % len(memory)], torch, "cuda")
+    markers.start()
+    markers.end()
     torch.cuda.synchronize()
     began = time.perf_counter()
-    run_program(program, kernels, input_sets[0], state, torch, "cuda")
+    run_steps(program, kernels, memory[0], torch, "cuda")
     torch.cuda.synchronize()
     per_call = max(time.perf_counter() - began, 1e-6)
     calls = int(min(max_calls, max(min_calls, budget_s / per_call)))
-    # each call's memory is made before the profiled calls, so its poison fills are outside every window
-    memory = [prepare(program, input_sets[k % len(input_sets)], state, torch, "cuda") for k in range(min(calls, 4))]
-    torch.cuda.synchronize()
+    last: list = [None] * len(memory)
     with torch.no_grad(), gpu_profiler() as prof:
         for k in range(calls):
+            bases = memory[k % len(memory)]
+            for buf in buffers_of(bases):
+                buf.fill_(POISON_BYTE)
             markers.start()
-            run_steps(program, kernels, memory[k % len(memory)], torch, "cuda")
+            last[k % len(memory)] = run_steps(program, kernels, bases, torch, "cuda")
             markers.end()
         torch.cuda.synchronize()
+    changed = [name for name, t in state.items() if not torch.equal(t, state_before[name])]
+    if changed:
+        raise ReplayRefused(f"the kernels wrote to init-time state ({', '.join(changed[:3])}) during timed calls")
     windows, _, _ = spans.attribute(kineto_records(prof), calls)
     times = []
     for k, window in enumerate(windows):
         if not window:
             raise spans.SpanError(f"replayed call {k} ran no GPU work")
         times.append(sum(r.end_ns - r.start_ns for r in window) / 1e9)
-    return times
+    kernel_us = {name: us / len(windows) for name, us in spans.time_by_name(windows).items()}
+    return times, last, kernel_us
+
+
+def timing_sets(reference, input_kwargs: dict, seeds: list[int], torch) -> tuple[list[dict], list[int]]:
+    """Input sets for a timing (at least two, at most ROTATION_BYTES of them) and their seeds."""
+    sets, used = [], []
+    for seed in seeds:
+        inputs = make_inputs(reference, input_kwargs, seed, torch, "cuda")
+        sets.append(inputs)
+        used.append(seed)
+        size = sum(t.numel() * t.element_size() for t in inputs.values() if isinstance(t, torch.Tensor))
+        if len(sets) >= 2 and size * (len(sets) + 1) > ROTATION_BYTES:
+            break
+    return sets, used
 
 
 def serve(request: ReplayRequest) -> ReplayResult:
@@ -185,14 +221,27 @@ def serve(request: ReplayRequest) -> ReplayResult:
             digests.append({name: tensor_digest(t, request.digest_key) for name, t in inputs.items()
                             if isinstance(t, torch.Tensor)})
             del got, inputs
-        times = None
+        times, timed_outputs, timed_seeds, timed_digests, kernel_us = None, [], [], [], {}
         if request.time_calls and device == "cuda":
-            sets = [make_inputs(reference, request.input_kwargs, seed, torch, device) for seed in request.time_seeds]
-            times = time_program(program, kernels, sets, state, budget_s=request.budget_s,
-                                 max_calls=request.max_calls)
-    except ReplayRefused as exc:
+            sets, timed_seeds = timing_sets(reference, request.input_kwargs, request.time_seeds, torch)
+            with torch.no_grad():
+                times, last, kernel_us = time_program(program, kernels, sets, state, budget_s=request.budget_s,
+                                           max_calls=request.max_calls)
+            for k, got in enumerate(last):
+                timed_outputs.append({name: channel.export_tensor(t, request.exchange, f"timed{k}_{name}",
+                                                                  cuda_ipc=False) for name, t in got.items()})
+                timed_digests.append({name: tensor_digest(t, request.digest_key) for name, t in sets[k].items()
+                                      if isinstance(t, torch.Tensor)})
+    except (ReplayRefused, spans_error()) as exc:
         return ReplayResult(ok=False, refused=str(exc)[:2000])
-    return ReplayResult(ok=True, outputs=outputs, digests=digests, times_s=times)
+    return ReplayResult(ok=True, outputs=outputs, digests=digests, times_s=times, timed_outputs=timed_outputs,
+                        timed_seeds=timed_seeds, timed_digests=timed_digests, kernel_us=kernel_us)
+
+
+def spans_error():
+    from kernels_eval.harness.spans import SpanError
+
+    return SpanError
 
 
 def main() -> int:

@@ -112,7 +112,7 @@ class OperatorJudge:
     """Runs one operator file's problems, respawning the worker whenever a candidate kills it."""
 
     def __init__(self, operator: str, file: Path, config: EvalConfig, workdir: Path,
-                 worker: WorkerProcess | None = None) -> None:
+                 worker: WorkerProcess | None = None, replayer: Replayer | None = None) -> None:
         self.operator, self.file, self.config, self.workdir = operator, file, config, workdir
         self.spec = registry.spec(operator)
         self.reference = registry.load_reference(operator)
@@ -125,7 +125,9 @@ class OperatorJudge:
         self.observed: list[str] = []  # host escapes / threads the worker's channel recorded (see `_observe`)
         self.observed_ops: dict[str, int] = {}
         self.tamper: str | None = None
-        self.replayer = Replayer(operator, config, self.spec)  # the trusted replay (harness/judge.py)
+        # the trusted replay (harness/judge.py): the operator's own, or one shared by a device's timing phase
+        self.owns_replayer = replayer is None
+        self.replayer = replayer or Replayer(operator, config)
         self.state: dict = {}  # the init-time snapshot of the current Model (name -> its storage's bytes)
         self.last_seed: int | None = None
 
@@ -171,7 +173,8 @@ class OperatorJudge:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-        self.replayer.close()
+        if self.owns_replayer:
+            self.replayer.close()
         shutil.rmtree(self.exchange, ignore_errors=True)
 
     def _import(self, descs: dict) -> dict:
@@ -317,11 +320,11 @@ class OperatorJudge:
                     max_err = max(max_err, err)
                     if failures and not errors:
                         errors = [f"input set {k + 1}, {_shape_text(input_kwargs)}: " + "; ".join(failures[:3])]
-                if not errors:  # the trusted replay of this shape's program decides adoption (harness/judge.py)
+                if not errors and not gpu:  # the trusted replay of this shape's program decides adoption (judge.py)
                     began = time.monotonic()
                     outcome = self.replayer.reproduce(
-                        lambda seed, m=model, kw=input_kwargs: self._expected(m, kw, seed), input_kwargs, recorded,
-                        self.state)
+                        self.operator, self.spec, lambda seed, m=model, kw=input_kwargs: self._expected(m, kw, seed),
+                        input_kwargs, recorded, self.state)
                     self._clock("replay", began)
                     if not outcome.native and replay_reason is None:
                         replay_reason = f"{_shape_text(input_kwargs)}: {outcome.reason}"
@@ -359,116 +362,51 @@ class OperatorJudge:
         if not gpu:
             v.stage = "done"
             return v
+        # on a GPU the replay decides adoption and time together (`_performance`), on the last shape's programs
+        pending = {"shape": shapes[-1], "recorded": recorded, "state": self.state}
         if defer_timing:
-            v.stage, v.pending = "performance", {"shape": shapes[-1], "launches": launches}
+            v.stage, v.pending = "performance", pending
             return v
-        return self._performance(v, model, shapes[-1], launches)
+        return self._performance(v, model, pending)
 
     def time_checked(self, v: Verdict) -> Verdict:
         """The performance stage of a verdict `evaluate_shapes(defer_timing=True)` left for it (in place)."""
         pending, v.pending = v.pending, None
-        init_kwargs, _ = shape = pending["shape"]
+        init_kwargs, _ = pending["shape"]
         self.spent = v.step_s
-        self.observed, self.observed_ops, self.tamper = [], {}, None
         began = time.monotonic()
         model = self.reference.Model(**init_kwargs).to("cuda")
         self._clock("reference_model", began)
-        return self._performance(v, model, shape, pending["launches"])
+        return self._performance(v, model, pending)
 
-    def _performance(self, v: Verdict, model, shape: tuple[dict, dict], launches: list[dict]) -> Verdict:
-        """Times the candidate; the kernel span of each timed call is its time, the timed calls' kernels must be
-        the submission's own, and the outputs of a few timed calls (chosen after each call) must be right."""
-        from kernels_eval.harness import spans
+    def _performance(self, v: Verdict, model, pending: dict) -> Verdict:
+        """Adoption and time from the trusted replay (harness/judge.py, harness/replay.py): the recorded program
+        must reproduce the reference on fresh inputs, and its time is the median over the replayed timed calls
+        of the sum of each call's kernel durations (CUPTI, in the replay's own process). The outputs of each
+        rotated input set's last timed call are judged too."""
         from kernels_eval.harness.timing import quantiles
 
-        init_kwargs, input_kwargs = shape
-        try:
-            self._ensure_init(init_kwargs)
-            timed = self._request({"cmd": "time", "input_kwargs": input_kwargs, "seed": secrets.randbits(62),
-                                   "budget_s": self.config.timing_budget_s,
-                                   "max_calls": self.config.timing_max_calls, "samples": self.config.timed_samples,
-                                   "sample_bytes": int(self.config.sample_gb * 2**30)})
-            if not timed.get("ok"):
-                return self._fail(v, "performance", f"timing failed: {timed.get('error')}")
-            tamper = self._observe(timed)
-            if tamper:
-                return self._fail(v, "performance", f"timing failed: TamperError: {tamper}")
-            if self.observed:  # a thread's launch or a host-side escape during the timed calls
-                v.native = False
-                return self._fail(v, "adoption", "timed calls: host-side compute or threads beside the submission's "
-                                                 f"kernels ({'; '.join(self.observed[:3])})")
-            if timed.get("benchmarked"):
-                return self._fail(v, "performance", f"timing refused: Triton's autotuner benchmarked "
-                                                    f"{timed['benchmarked']} times during the timed calls, after "
-                                                    "the first (a benchmark runs outside the profiler's records)")
-            began = time.monotonic()
-            try:
-                windows, outside, pairs = spans.attribute(timed["records"], int(timed["marked"]))
-                span_ns = spans.call_spans(windows, pairs)
-            except spans.SpanError as exc:
-                return self._fail(v, "performance", f"timing refused: {exc}")
-            every = launches + list(timed.get("launches") or [])
-            deferred = spans.outside_owned(outside, adoption.owned_names(every))
-            by_name = spans.time_by_name(windows)
-            kernel_us = {name: us / max(len(windows), 1) for name, us in by_name.items()}
-            windowed = adoption.gpu_adoption(by_name, every, {},
-                                             host_reads_exempt=self.spec.data_dependent_size)
-            self._clock("spans", began)
-            v.update(native=windowed["native"], native_fraction=windowed["native_fraction"],
-                     fallbacks=windowed["fallbacks"])
-            if deferred:
-                v.native = False
-                return self._fail(v, "adoption", "timed calls: the submission's kernels ran between timed calls, "
-                                                 f"after a call had returned ({', '.join(deferred)})")
-            if not windowed["native"]:
-                return self._fail(v, "adoption", f"timed calls: {windowed['reason']}")
-            wrong = self._judge_samples(model, input_kwargs, timed.get("samples") or [])
-        except WorkerDied as exc:
-            return self._fail(v, "performance", str(exc))
-        if wrong:
+        _, input_kwargs = pending["shape"]
+        began = time.monotonic()
+        outcome = self.replayer.reproduce(self.operator, self.spec, lambda seed: self._expected(model, input_kwargs, seed),
+                                          input_kwargs, pending["recorded"], pending["state"], time_seeds=TIMING_SETS)
+        self._clock("replay", began)
+        if not outcome.native:
+            v.native = False
+            return self._fail(v, "adoption", f"not reproduced by the submission's kernels alone: {outcome.reason}")
+        v.native = True
+        if outcome.timed_wrong:
             v.correct = False
-            return self._fail(v, "performance", f"a timed call's output was wrong: {wrong}")
-        events = [float(t) for t in timed["times_s"]]
-        if sum(events) > float(timed.get("host_s", 0)) * 1.05 + 1e-3 or min(events, default=0) <= 0:
-            return self._fail(v, "performance", "timed calls do not fit in the wall-clock time of the timing run")
-        q_event = quantiles(events)
-        # An operator whose output lengths depend on the data reads a length back to the host mid-call; the GPU
-        # then waits for the host's next launch, a wait whose length is the host's, not the kernels' (seen on
-        # H200: moe_align_block_size by events or by span moved up to 4x between runs). Its rule is device_busy:
-        # the union of the call's records (spans.call_busy), the kernels' own time, stable from run to run.
-        per_call = spans.call_busy(windows) if self.spec.timing_rule == "device_busy" else span_ns
-        reported = [ns / 1e9 for ns in per_call[len(per_call) - len(events):]]
-        q = quantiles(reported)
-        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(events),
-                 t_event_s=q_event["median"], sm_clock_mhz=timed.get("sm_clock_mhz"),
-                 timed_samples=len(timed.get("samples") or []), samples_skipped=timed.get("samples_skipped"),
-                 kernel_us=kernel_us)
+            return self._fail(v, "performance", f"a timed call's output was wrong: {outcome.timed_wrong}")
+        if not outcome.times_s:
+            return self._fail(v, "performance", "the replay timed no call")
+        q = quantiles(outcome.times_s)
+        v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(outcome.times_s),
+                 kernel_us=outcome.kernel_us or {}, max_abs_err=max(v.max_abs_err or 0.0, outcome.max_abs_err))
         if self.config.time_reference:
             v.t_reference_s = self._reference_time(model, input_kwargs)
         v.stage = "done"
         return v
-
-    def _judge_samples(self, model, input_kwargs: dict, samples: list[dict]) -> str | None:
-        """The first failure among kept outputs of timed calls, each judged against the reference on the seed of
-        the input set it ran on (the correctness stage's tolerances; NaN from filled memory fails), or None."""
-        import torch
-
-        for sample in samples:
-            began = time.monotonic()
-            got = self._import(sample.get("outputs"))
-            self._clock("import", began)
-            began = time.monotonic()
-            before, expected, ties = self._expected(model, input_kwargs, int(sample["seed"]))
-            self._clock("reference", began)
-            began = time.monotonic()
-            failures, _ = compare_outputs(got, expected, self.spec.tolerance, self.spec.order_free_outputs, ties)
-            del got, before, expected, ties
-            self._clock("compare", began)
-            if failures:
-                return f"timed call {sample.get('call')}: " + "; ".join(failures[:3])
-        if samples:
-            torch.cuda.empty_cache()
-        return None
 
     def _reference_time(self, model, input_kwargs: dict) -> float | None:
         """Median kernel span of the PyTorch reference, timed as the candidate is (EvalConfig.time_reference)."""
@@ -781,8 +719,8 @@ TIMING_AHEAD = 3
 
 def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: EvalConfig, workdir: Path, emit) -> None:
     """The timing phase of a lanes run on one device: the performance stage of each checked problem, one at a
-    time, one operator's worker at a time (the next TIMING_AHEAD ones starting meanwhile: importing torch,
-    making a CUDA context, starting the profiler; none runs a kernel); each row to `emit` as it is timed."""
+    time, in one trusted replay process for the device (a fresh one after a kernel broke its CUDA context); no
+    candidate process runs here. Each row goes to `emit` as it is timed."""
     index = _row_device(config)
     if config.device_index is not None:
         import torch
@@ -792,13 +730,10 @@ def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: Eva
     by_op: dict[str, list[tuple[Problem, dict]]] = {}
     for p, verdict in items:
         by_op.setdefault(p.operator, []).append((p, verdict))
-    ops = sorted(by_op)
-    spares: dict[str, WorkerProcess] = {}
+    replayer = Replayer("timing", config)
     try:
-        for k, op in enumerate(ops):
-            for ahead in ops[k:k + 1 + TIMING_AHEAD]:  # no-op for those started already
-                _prestart(spares, config, workdir, ahead, files[ahead])
-            judge = OperatorJudge(op, files[op], config, workdir, spares.pop(op, None))
+        for op in sorted(by_op):
+            judge = OperatorJudge(op, files[op], config, workdir, replayer=replayer)
             try:
                 for p, verdict in by_op[op]:
                     t0 = time.monotonic()
@@ -814,14 +749,13 @@ def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: Eva
                     verdict.eval_s = (verdict.eval_s or 0.0) + time.monotonic() - t0
                     emit(p, verdict, index, announce=True)
                     if fresh:
-                        judge.close()
-                        judge = OperatorJudge(op, files[op], config, workdir)
+                        replayer.close()
+                        replayer = Replayer("timing", config)
+                        judge.replayer = replayer
             finally:
                 judge.close()
-                _keep_log(config, judge.log, f"{op}.timing.log")
     finally:
-        for spare in spares.values():
-            spare.close()
+        replayer.close()
 
 
 def _compile_markers(path: Path) -> Path | None:
@@ -847,6 +781,7 @@ def _row_device(config: EvalConfig) -> int | None:
 # waited 90 s in all (`warm_wait`, over a third of the catalogue's 103 problems) for workers whose start, CUDA
 # context and first profiler start take ~12 s, longer than a small operator's checks.
 LANE_AHEAD = 2
+TIMING_SETS = 8  # fresh input sets a replay's timing may rotate through (fewer where they exceed its memory cap)
 
 
 def _run_shard(shard: list[str], by_op: dict[str, list[Problem]], files: dict, config: EvalConfig, workdir: Path,

@@ -164,7 +164,7 @@ def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatc
             t0 = time.monotonic()
             time.sleep(0.02)
             v = Verdict(stage="performance", compiled=True, correct=True, native=True, eval_s=0.5,
-                        pending={"shape": ({}, {}), "launches": []})
+                        pending={"shape": ({}, {}), "recorded": [], "state": {}})
             if p.problem_id == "gemm-1":  # failed its checks: never timed
                 v = Verdict(stage="correctness", compiled=True, correct=False, error="wrong")
             assert defer_timing
@@ -329,50 +329,56 @@ def test_a_real_worker_answers_warm_before_its_init(tmp_path):
         worker.close()
 
 
-def test_the_timing_phase_starts_workers_a_few_operators_ahead(monkeypatch, tmp_path):
-    """While one operator is timed, the next TIMING_AHEAD operators' workers are already starting (each start,
-    CUDA context and first profiler start took ~12 s on H200, longer than timing a small operator)."""
+def test_the_timing_phase_runs_no_candidate_process_and_shares_one_replay(monkeypatch, tmp_path):
+    """The timing phase times every checked problem in one trusted replay process per device (harness/judge.py):
+    no worker is started there, each operator's judge gets that replay, and a problem whose error says the CUDA
+    context was lost gets the next problems a fresh replay."""
     events: list[tuple[str, str]] = []
 
-    class Spare:
-        def __init__(self, op):
-            self.op = op
+    class FakeReplayer:
+        made = 0
+
+        def __init__(self, name, config):
+            FakeReplayer.made += 1
+            self.number = FakeReplayer.made
 
         def close(self):
-            events.append(("closed", self.op))
-
-    def prestart(spares, config, workdir, op, file, key=None):
-        if op not in spares:
-            spares[op] = Spare(op)
-            events.append(("started", op))
+            events.append(("replay closed", str(self.number)))
 
     class Judge:
-        def __init__(self, op, file, config, workdir, worker=None):
-            assert worker is not None and worker.op == op  # each judge takes the worker started for it
-            self.op, self.log = op, workdir / f"{op}.log"
+        def __init__(self, op, file, config, workdir, worker=None, replayer=None):
+            assert worker is None and replayer is not None
+            self.op, self.replayer = op, replayer
 
         def time_checked(self, verdict):
-            events.append(("timed", self.op))
+            events.append(("timed", f"{self.op}@{self.replayer.number}"))
+            if self.op == "op2":
+                return verdict.update(stage="performance", pending=None, error="an illegal memory access was encountered")
             return verdict.update(stage="done", pending=None)
 
         def close(self):
             pass
 
-    monkeypatch.setattr(runner, "_prestart", prestart)
+    def no_worker(*args, **kwargs):
+        raise AssertionError("the timing phase started a worker")
+
+    monkeypatch.setattr(runner, "_prestart", no_worker)
+    monkeypatch.setattr(runner, "start_worker", no_worker)
+    monkeypatch.setattr(runner, "Replayer", FakeReplayer)
     monkeypatch.setattr(runner, "OperatorJudge", Judge)
-    ops = [f"op{k}" for k in range(6)]
+    ops = [f"op{k}" for k in range(4)]
     items = [(runner.Problem({"problem_id": f"{op}-{j}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
-              Verdict(stage="performance", pending={"shape": ({}, {}), "launches": []})) for op in ops for j in range(2)]
+              Verdict(stage="performance", pending={"shape": ({}, {}), "recorded": [], "state": {}}))
+             for op in ops for j in range(2)]
     rows = []
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
     runner._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
                          lambda p, v, index, announce=False: rows.append((p.problem_id, v.stage)))
-    assert len(rows) == 12 and {stage for _, stage in rows} == {"done"}
-    first_timed = events.index(("timed", "op0"))
-    assert [op for kind, op in events[:first_timed]] == ops[:1 + runner.TIMING_AHEAD]
-    started_before = {op: [o for kind, o in events[:events.index(("timed", op))] if kind == "started"] for op in ops}
-    assert started_before["op2"] == ops  # by op2's timing every worker is starting or done
-    assert not any(kind == "closed" for kind, _ in events)  # every worker started was taken by its judge
+    assert len(rows) == 8
+    timed = [who for kind, who in events if kind == "timed"]
+    assert timed[:4] == ["op0@1", "op0@1", "op1@1", "op1@1"]  # one replay for the operators before the fault
+    assert timed[4:] == ["op2@1", "op2@2", "op3@3", "op3@3"]  # each lost context: a fresh replay
+    assert [who for kind, who in events if kind == "replay closed"] == ["1", "2", "3"]
 
 
 def test_a_lane_starts_workers_a_few_units_ahead(monkeypatch, tmp_path):
