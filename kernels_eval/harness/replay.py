@@ -170,11 +170,10 @@ def time_program(program: LaunchProgram, kernels: dict, input_sets: list[dict], 
     if changed:
         raise ReplayRefused(f"the kernels wrote to init-time state ({', '.join(changed[:3])}) during timed calls")
     windows, _, _ = spans.attribute(kineto_records(prof), calls)
-    times = []
     for k, window in enumerate(windows):
         if not window:
             raise spans.SpanError(f"replayed call {k} ran no GPU work")
-        times.append(sum(r.end_ns - r.start_ns for r in window) / 1e9)
+    times = [ns / 1e9 for ns in spans.call_busy(windows)]  # on the one stream: the sum of the durations
     kernel_us = {name: us / len(windows) for name, us in spans.time_by_name(windows).items()}
     return times, last, kernel_us
 
