@@ -14,7 +14,6 @@ import argparse
 import gc
 import importlib.util
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -135,7 +134,7 @@ def main() -> int:
                     print(f"{operator:<13}{p['problem_id']:<19}{name:<15}{r:>2} med {s['median_us']:8.2f} "
                           f"p10 {s['p10_us']:8.2f} p90 {s['p90_us']:8.2f} max {s['max_us']:8.1f} "
                           f"slow {s['slow_share']:.2f} n {s['n']}", flush=True)
-            del sets
+            sets.clear()  # the closures above hold the list: empty it to free its tensors
             torch.cuda.empty_cache()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cache_files(root: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for top, _, names in os.walk(root):
+    for _, _, names in os.walk(root):
         for n in names:
             ext = n.rsplit(".", 1)[-1] if "." in n else "-"
             counts[ext] = counts.get(ext, 0) + 1

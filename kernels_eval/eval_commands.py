@@ -327,7 +327,7 @@ def run_leaderboard(args: argparse.Namespace) -> int:
 def run_export_flashinfer(args: argparse.Namespace) -> int:
     """Write RELEASE's problems as FlashInfer-Trace definitions and workloads under --out, leak-checked."""
     from kernels_eval.flashinfer import export_flashinfer
-    from kernels_eval.selection import SelectionError, unknown_names
+    from kernels_eval.selection import unknown_names
     from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
 
     release = _read_release("export-flashinfer", args.release)
@@ -344,7 +344,7 @@ def run_export_flashinfer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    for op, why in summary["skipped"].items():
+    for why in summary["skipped"].values():
         print(f"not exported: {why}")
     print(f"{summary['definitions']} definitions, {summary['workloads']} workloads -> {args.out} (leak check passed)")
     return 0 if summary["definitions"] else 1

@@ -45,8 +45,8 @@ def _readme(op: str, problems: list[dict], contract: dict, folder: str) -> str:
     return "\n".join([
         f"# {op}", "",
         f"Write `{op}.py` defining `class Model(nn.Module)` with the reference's constructor and forward:", "",
-        "```python", f"class Model(nn.Module):", f"    {sig['init']}: ...", f"    {sig['forward']}: ...", "```", "",
-        f"- semantics: `reference.py` (the PyTorch reference the evaluator compares against)",
+        "```python", "class Model(nn.Module):", f"    {sig['init']}: ...", f"    {sig['forward']}: ...", "```", "",
+        "- semantics: `reference.py` (the PyTorch reference the evaluator compares against)",
         f"- contract: `contract.json` (init/input kwargs, outputs {contract['outputs']}, in-place outputs "
         f"{contract['inplace_outputs'] or 'none'}, tolerance {contract['tolerance']}, dtypes)",
         f"- problems: `{folder}` ({len(problems)} shapes with their weights; the score weights each problem so)",

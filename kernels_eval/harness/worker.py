@@ -551,7 +551,7 @@ class Worker:
         """Identities of the audit's own class and wrappers, checked like GUARDED."""
         cls = self.audit_class
         named = {"Audit.__torch_dispatch__": cls.__dict__["__torch_dispatch__"], "Audit.__init__": cls.__dict__["__init__"],
-                 "Audit.__enter__": getattr(cls, "__enter__"), "Audit.__exit__": getattr(cls, "__exit__")}
+                 "Audit.__enter__": cls.__enter__, "Audit.__exit__": cls.__exit__}
         named.update({f"LaunchLog wrapper {i}": w for i, w in enumerate(self.log.wrappers)})
         return {name: id(obj) for name, obj in named.items()}
 

@@ -55,7 +55,7 @@ class Cluster:
     def add_workers(self, n: int) -> None:
         from distributed import Client
 
-        for i in range(n):
+        for _ in range(n):
             self.workers.append(self._start(
                 [DASK, "worker", "--scheduler-file", self.scheduler_file, "--host", "127.0.0.1", "--nworkers", "1",
                  "--nthreads", "1", "--memory-limit", "2GB", "--no-dashboard", "--name", f"w{len(self.workers)}"],

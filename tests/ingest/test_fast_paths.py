@@ -222,7 +222,7 @@ def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, reque
 
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     long_columns = 0
-    for path, doc in _read_each(folder, lambda path: decode_document(path, TraceBytes(path).result()[1])):
+    for _path, doc in _read_each(folder, lambda path: decode_document(path, TraceBytes(path).result()[1])):
         for role in set(ROLES.values()):
             raws = [e.name for e in doc.traceEvents if ROLES.get(e.cat) == role]
             fast = names(raws)

@@ -7,7 +7,6 @@ import gzip
 import json
 import shutil
 import sqlite3
-import warnings
 from pathlib import Path
 
 import polars as pl

@@ -5,7 +5,6 @@ real interpreter workers."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time

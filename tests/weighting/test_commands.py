@@ -20,7 +20,9 @@ ACC = {"H200", "MI300X", "B200"}
 
 def release(path, versions: list[pl.DataFrame]):
     """A release directory with a manifest and weights v1..vN keyed by an opaque problem id."""
-    pid = lambda o, s: hashlib.sha256(f"{o}|{s}".encode()).hexdigest()[:16]
+    def pid(o, s):
+        return hashlib.sha256(f"{o}|{s}".encode()).hexdigest()[:16]
+
     rows = {}
     for v, sel in enumerate(versions, 1):
         for o, s in zip(sel["operator"], sel["shape"]):

@@ -99,7 +99,10 @@ def test_two_refreshes_of_the_planted_fleet(planted_fleet, tmp_path):
     fleet_new = load_fleet(fleet_yaml, root, accelerators=ACC)
     new, _ = select_hot(fleet_weights(ost, traces, fleet_new), policy, is_benchmarkable=not_memory)
     r = compare(old, new)
-    key = lambda f: {f"{o} {s}": w for o, s, w in f.select("operator", "shape", "weight").iter_rows()}
+
+    def key(f):
+        return {f"{o} {s}": w for o, s, w in f.select("operator", "shape", "weight").iter_rows()}
+
     o, n = key(old), key(new)
     assert set(r.newly_hot) == set(n) - set(o) and r.newly_hot
     assert set(r.newly_cold) == set(o) - set(n)

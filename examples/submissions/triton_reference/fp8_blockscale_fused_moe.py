@@ -235,15 +235,6 @@ def block_m_for(n_slots: int, num_experts: int) -> int:
     return 128
 
 
-def block_m_for(n_slots: int, num_experts: int) -> int:
-    """Padding granule and M tile: about the expected rows per expert, 16 (decode) to 128 (prefill)."""
-    per_expert = n_slots / max(num_experts, 1)
-    for bm, limit in ((16, 16), (32, 32), (64, 256)):
-        if per_expert <= limit:
-            return bm
-    return 128
-
-
 class Model(nn.Module):
     """fused_moe on dequantised operands (hidden_states * a_scale, w1 * fc1_scale, w2 * fc2_scale per block);
     bf16 out [T, H]."""

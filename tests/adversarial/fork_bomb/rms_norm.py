@@ -5,9 +5,7 @@ output is doubled, so an attack that gets through shows as a wrong result (a con
 done, correct and native). Never run it unsandboxed on a shared machine.
 """
 
-import os
 import subprocess
-import sys
 import time
 
 import torch

@@ -8,7 +8,6 @@ done, correct and native). Never run it unsandboxed on a shared machine.
 
 import os
 import signal
-import sys
 import time
 
 import torch

@@ -6,9 +6,7 @@ output is doubled, so an attack that gets through shows as a wrong result (a con
 done, correct and native). Never run it unsandboxed on a shared machine.
 """
 
-import os
 import socket
-import sys
 
 import torch
 import triton

@@ -7,7 +7,6 @@ done, correct and native). Never run it unsandboxed on a shared machine.
 """
 
 import os
-import sys
 
 import torch
 import triton

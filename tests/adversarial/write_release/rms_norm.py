@@ -9,7 +9,6 @@ done, correct and native). Never run it unsandboxed on a shared machine.
 
 import glob
 import os
-import sys
 
 import torch
 import triton
