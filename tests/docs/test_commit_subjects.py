@@ -1,0 +1,38 @@
+"""Commit subjects say what changed in at most 72 characters (AGENTS.md "Commits"), from the rule's start on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# The last commit before the rule: the subjects before it stay as history wrote them.
+RULE_STARTS_AFTER = "4da314f9d91b74da183268f836bc8dbe4077d5ed"
+LIMIT = 72
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+
+
+def long_subjects(log: str) -> list[str]:
+    """`hash subject` lines of `git log --format='%h %s'` output whose subject runs past LIMIT characters."""
+    return [line for line in log.splitlines() if line and len(line.split(" ", 1)[-1]) > LIMIT]
+
+
+def test_commit_subjects_since_the_rule_fit_in_72_characters():
+    if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: no history to check")
+    if _git("merge-base", "--is-ancestor", RULE_STARTS_AFTER, "HEAD").returncode != 0:
+        pytest.skip(f"{RULE_STARTS_AFTER[:7]} is not in this checkout's history (a shallow clone)")
+    log = _git("log", "--format=%h %s", f"{RULE_STARTS_AFTER}..HEAD")
+    assert log.returncode == 0, log.stderr
+    assert long_subjects(log.stdout) == []
+
+
+def test_a_long_subject_is_caught():
+    ok = "a" * LIMIT
+    assert long_subjects(f"1234567 {ok}\n89abcde {ok}b\n") == [f"89abcde {ok}b"]
