@@ -83,20 +83,19 @@ def _key(batch: list[tuple[str, tuple]]) -> str:
 
 
 def ingest_on_cluster(address: str, batches: list[list[tuple[str, tuple]]], store,
+                      run: Callable[[list], list[str]],
                       progress: Callable[..., Iterable] | None = None,
                       more: Callable[[], tuple[list[list[tuple[str, tuple]]], list[str]]] | None = None,
                       priority: Callable[[list], int] | None = None) -> list[str]:
     """Run `batches` (lists of (trace_id, ingest task) pairs) on the scheduler at `address`, and then the
     batches `more()` returns (called here once the first are submitted, with the trace_ids it settled
     itself); the trace_ids done, in that order (what the workers stored, or what was quarantined).
+    `run(batch)` is the task a worker runs (the store passes its own `_ingest_batch`).
     `priority(batch)` orders the batches on the scheduler (default: as given). Progress counts traces:
     a batch's traces as it finishes."""
-    from distributed import Client, as_completed
+    from distributed import Client, as_completed  # lazy: dask.distributed is ~1 s of imports, for --cluster only
     from distributed.scheduler import KilledWorker
 
-    import ingest.store
-
-    run = ingest.store._ingest_batch  # looked up here, so a test can stand in for it
     submitted = itertools.count()
     with Client(address, timeout=CONNECT_TIMEOUT_S) as client:
         futures: dict = {}

@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from ingest.cluster import ingest_on_cluster
 from ingest.schema import parquet
 from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, read_file, sibling,
                               trace_id_of, trace_name)
@@ -475,15 +476,13 @@ class TraceStore:
 
         jobs = self.default_jobs(sum(sizes.values())) if jobs is None else jobs
         if cluster and sizes:
-            from ingest.cluster import ingest_on_cluster
-
             def more():
                 pairs, bad = parse_captures()
                 return batches(longest_first(pairs), sizes), bad
 
             # the workers parse the traces that need no new capture trace while this process parses those
             report.parsed += ingest_on_cluster(cluster, batches(longest_first(ready.items()), sizes), self,
-                                               progress=progress, more=more if waiting else None,
+                                               _ingest_batch, progress=progress, more=more if waiting else None,
                                                priority=lambda batch: sizes[batch[0][0]])
             return report
         if jobs > 1 and len(ready) + len(waiting) > 1 and self.local:
