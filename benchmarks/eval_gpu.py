@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 from kernels_eval import registry  # noqa: E402
 from kernels_eval.harness.release_view import read_release_view  # noqa: E402
 from kernels_eval.harness.runner import EvalConfig, evaluate  # noqa: E402
-from kernels_eval.results_schema import write_results  # noqa: E402
+from kernels_eval.results_store import write_results  # noqa: E402
 
 ADVERSARIAL = REPO / "tests" / "adversarial"
 VERDICT_KEYS = ("stage", "compiled", "correct", "native")

@@ -156,14 +156,6 @@ def read_results(path: str | Path) -> pa.Table:
     return table.select(RESULTS.names).cast(RESULTS)
 
 
-def write_results(rows: list[dict], path: str | Path, append: bool = True) -> pa.Table:
-    """Write rows to `path` (after the rows already there when `append`) under the file's lock; the table
-    written (see results_store.merge_rows)."""
-    from kernels_eval.results_store import merge_rows
-
-    return merge_rows(rows, path, append=append)
-
-
 def next_run(path: str | Path, submission: str, hardware: str) -> int:
     """The run index for another run of `submission` on `hardware` into results file `path`."""
     path = Path(path)

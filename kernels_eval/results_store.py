@@ -98,6 +98,12 @@ def _key(row: dict) -> tuple:
     return tuple(row.get(c) for c in ("submission", "hardware", "run_id", "run", "problem_id"))
 
 
+def write_results(rows: list[dict], path: str | Path, append: bool = True) -> pa.Table:
+    """Write rows to `path` (after the rows already there when `append`) under the file's lock; the table
+    written (see merge_rows)."""
+    return merge_rows(rows, path, append=append)
+
+
 def merge_rows(rows: list[dict], path: str | Path, append: bool = True, skip_present: bool = False) -> pa.Table:
     """The results table written to `path`: its rows (when `append`) then `rows`, written to a temporary
     name unique to this writer and renamed over it under the file's lock. `skip_present` leaves out rows

@@ -7,7 +7,8 @@ import json
 import polars as pl
 import pytest
 
-from kernels_eval.results_schema import RESULTS, read_results, results_table, write_results
+from kernels_eval.results_schema import RESULTS, read_results, results_table
+from kernels_eval.results_store import write_results
 from kernels_eval.scoring import problem_scores, score
 
 RMS = ({"eps": 1e-6}, {"token_count": 4096, "hidden_size": 4096})

@@ -11,7 +11,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kernels_eval.results_schema import read_results, write_results
+from kernels_eval.results_schema import read_results
+from kernels_eval.results_store import write_results
 from pipelines.commands import materialize_all
 from pipelines.defs.kernels_eval import (every_problem_evaluated, fallbacks_counted_as_native,
                                          no_fallback_counted_as_native, s_agg_in_range, score_faults,
