@@ -20,7 +20,8 @@ import polars as pl
 
 from catalogue.vocabulary import PHASES
 from release import ids
-from release.roofline import has_our_roofline, load_hardware_or_none, roofline_frame, roofline_rows
+from release.roofline import (has_our_roofline, load_hardware_or_none, published_roofline, roofline_frame,
+                              roofline_rows)
 from release.bundle import MANIFEST_FILE, SEALED_FILES, table_file, weights_file, write_bundle
 
 SOURCE = "atrex-bench"
@@ -206,18 +207,6 @@ def import_atrex(path: str | Path, out: str | Path, *, name: str = SOURCE, key: 
 def _phase_tag(weights: pl.DataFrame) -> str:
     has = [p for p in ("prefill", "decode") if weights[f"weight_{p}"].sum() > 0]
     return "/".join(has) if has else "prefill/decode"
-
-
-def published_roofline(rows: pl.DataFrame) -> dict:
-    """Atrex-Bench's roofline.json entry of one problem from its sealed roofline rows."""
-    first = rows.row(0, named=True)
-    w = {} if first["published_flops"] is None else {first["published_flops_dtype"]: first["published_flops"]}
-    # Stored in seconds like every time of a release; published in ms (×1000 gives the published float back:
-    # tests/release/test_atrex.py checks the round trip on every published value).
-    sol = {r["hardware"]: r["published_t_sol_s"] * 1000 for r in rows.iter_rows(named=True)
-           if r["published_t_sol_s"] is not None and r["hardware"]}
-    return {"semantic_W_flops": w, "semantic_Q_read_bytes": first["published_bytes_read"],
-            "semantic_Q_write_bytes": first["published_bytes_written"], "SOL_time_ms": sol}
 
 
 def _our_roofline_json(rows: pl.DataFrame) -> dict:
