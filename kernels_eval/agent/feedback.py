@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+from kernels_eval.agent import ncu as ncu_mod
+from kernels_eval.agent.ncu import KernelProfile
 from kernels_eval.agent.records import Struct, as_builtins, field
 from kernels_eval.harness.verdict import Verdict
 
@@ -38,18 +40,6 @@ class KernelTime(Struct, kw_only=True):
 
     name: str
     time_us: float
-
-
-class KernelProfile(Struct, kw_only=True):
-    """Nsight Compute's view of one kernel over one call, and the bound it implies."""
-
-    name: str
-    launches: int
-    time_us: float
-    dram_pct: float
-    sm_pct: float
-    occupancy_pct: float | None
-    bound: str  # memory, compute or latency (see ncu.classify)
 
 
 class ProblemFeedback(Struct, kw_only=True):
@@ -155,8 +145,6 @@ def submission_feedback(submission: str | Path, release, config, *, ops=None, pr
         if ncu and config.device != "cuda":
             note = "--ncu: no GPU here, nothing profiled"
         elif ncu and row["compiled"] and files.get(row["operator"]):
-            from kernels_eval.agent import ncu as ncu_mod
-
             p = by_id[row["problem_id"]]
             try:
                 profile = ncu_mod.profile_problem(files[row["operator"]], row["operator"],

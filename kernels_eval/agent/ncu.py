@@ -16,12 +16,27 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kernels_eval.agent.records import Struct
+
 METRICS = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum")
 RANGE = "hotshape-measured"  # the NVTX range around the one profiled call
 LATENCY_PCT = 40.0  # below this on both DRAM and SM throughput a kernel is waiting, not streaming or computing
 TIME_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
               "s": 1e6}
+
+
+class KernelProfile(Struct, kw_only=True):
+    """Nsight Compute's view of one kernel over one call, and the bound it implies."""
+
+    name: str
+    launches: int
+    time_us: float
+    dram_pct: float
+    sm_pct: float
+    occupancy_pct: float | None
+    bound: str  # memory, compute or latency (see classify)
+
 
 DRIVER = '''
 import importlib.util, json, sys
@@ -116,7 +131,6 @@ def ncu_command(ncu: str, driver: Path, spec: dict) -> list[str]:
 def profile_problem(file: str | Path, operator: str, init_kwargs: dict, input_kwargs: dict,
                     timeout_s: float = 300.0) -> list:
     """KernelProfile records of one call of the candidate on one problem; NcuUnavailable where it cannot run."""
-    from kernels_eval.agent.feedback import KernelProfile
 
     ncu = find_ncu()
     if ncu is None:
