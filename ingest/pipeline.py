@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from catalogue.vocabulary import ATTRIBUTED
 from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, is_url, read_file, take, trace_id_of  # noqa: F401
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
@@ -85,8 +86,6 @@ def _read_events(path: str | Path) -> pl.DataFrame:
 
 def summarize(events: pl.DataFrame, path: str) -> dict:
     """Per-trace totals: all GPU time, attributed and unattributed time, counts."""
-    from catalogue.vocabulary import ATTRIBUTED
-
     import polars as pl
 
     # One pass over the three columns it reads; a filter of the whole frame would copy every column.

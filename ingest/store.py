@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from catalogue.vocabulary import ATTRIBUTED
 from ingest.cluster import ingest_on_cluster
 from ingest.schema import parquet
 from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, read_file, sibling,
@@ -297,8 +298,6 @@ class TraceStore:
     def conservation(self, trace_id: str) -> dict:
         """Time conservation of a stored trace, from its written kernel_events against what the reader found
         in the file when it was parsed (no second parse): passed, and the ns and rows on each side."""
-        from catalogue.vocabulary import ATTRIBUTED
-
         summary = self.summary(trace_id)
         written = self.scan("kernel_events", [trace_id]).select("dur_ns", "attribution").collect()
         attributed_ns = int(written.filter(pl.col("attribution").is_in(ATTRIBUTED))["dur_ns"].sum())

@@ -8,6 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 PROBLEM_KEYS = ("problem_id", "operator", "stage", "compiled", "correct", "native", "fallbacks", "error",
                 "t_measured_s", "roofline_fraction")
 _CPU_DEVICES = "hotshape eval: --devices needs --device cuda (a CPU run uses one interpreter worker at a time)"

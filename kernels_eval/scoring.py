@@ -15,6 +15,8 @@ import statistics
 
 import polars as pl
 
+from catalogue.hardware import load_hardware
+from catalogue.roofline import problem_roofline
 from catalogue.vocabulary import PHASES
 
 DEFAULT_BOUND_HARDWARE = "H200"
@@ -46,8 +48,6 @@ def with_release_roofline(results: pl.DataFrame, release) -> pl.DataFrame:
     missing = out.filter(pl.col("t_roofline_s").is_null() & ~pl.col("hardware").is_in(sealed_hardware))
     if missing.height == 0:
         return out.select(results.columns)
-    from catalogue.hardware import load_hardware
-    from catalogue.roofline import problem_roofline
 
     known = load_hardware()
     manifest = {r["problem_id"]: r for r in release.manifest.iter_rows(named=True)}
@@ -68,9 +68,6 @@ def with_release_roofline(results: pl.DataFrame, release) -> pl.DataFrame:
 def problem_bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
     """problem_id -> "memory" or "compute": which side of its roofline bounds it on `hardware` ("unknown" when
     the operator has no work model)."""
-    from catalogue.hardware import load_hardware
-    from catalogue.roofline import problem_roofline
-
     hw = hardware if hardware in load_hardware() else DEFAULT_BOUND_HARDWARE
     out = {}
     for r in manifest.iter_rows(named=True):

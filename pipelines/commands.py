@@ -10,6 +10,9 @@ import sys
 import uuid
 from pathlib import Path
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 DAGSTER_HOME = ".dagster_home"
 # The instance configuration of record lives in the default home, not the repo root: `dagster dev` warns that a
 # ./dagster.yaml "will not be used" whenever DAGSTER_HOME names another directory.

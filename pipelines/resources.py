@@ -8,6 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from ingest.discovery import discover
+from ingest.store import TraceStore
+from ingest.tracefile import trace_id_of
+from weighting.selection import load_policy
+
 # HOTSHAPE_* environment variables override the defaults when definitions load (see store_from_env).
 ENV_FIELDS = {
     "trace_root": "HOTSHAPE_TRACES",
@@ -42,8 +47,6 @@ class HotshapeStore(dg.ConfigurableResource):
     # ---- traces -------------------------------------------------------------------------------
     def trace_keys(self) -> list[str]:
         """Every profile under the trace root as a relative posix path (sidecars left out)."""
-        from ingest.discovery import discover
-
         root = Path(self.trace_root)
         if not root.is_dir():
             return []
@@ -60,14 +63,10 @@ class HotshapeStore(dg.ConfigurableResource):
 
     def trace_store(self):
         """The trace store, opened (ingest.store.TraceStore)."""
-        from ingest.store import TraceStore
-
         return TraceStore(self.trace_store_dir)
 
     def trace_id(self, key: str) -> str:
         """The content address of the trace file behind partition `key` as it is now."""
-        from ingest.tracefile import trace_id_of
-
         return trace_id_of(self.trace_path(key).read_bytes())
 
     def kernel_events_file(self, trace_id: str) -> Path:
@@ -103,8 +102,6 @@ class HotshapeStore(dg.ConfigurableResource):
 
     def load_policy(self):
         """The selection policy (weighting.selection.Policy)."""
-        from weighting.selection import load_policy
-
         return load_policy(self.policy)
 
     # ---- submissions ----------------------------------------------------------------------------

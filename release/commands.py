@@ -8,6 +8,9 @@ import sys
 
 from ingest.cluster import add_cluster_argument
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 
 def _policy(path):
     if path is None:

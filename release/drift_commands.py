@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 
 def register(subparsers) -> None:
     """Add `hotshape drift` to the `hotshape` parser."""

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 
 def _csv(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from catalogue import registry
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("examples/submissions/triton_reference/*.py", "examples/submissions/triton_reference/README.md",
            "docs/*.md", "kernels_eval/operators/README.md")
@@ -80,8 +82,6 @@ def _markdown_passages(path: Path, rel: str, operators: set[str]) -> list[Passag
 
 def collect_passages(root: Path = REPO) -> list[Passage]:
     """Every passage of the knowledge base's sources under `root`."""
-    from catalogue import registry
-
     operators = set(registry.operator_names())
     out = []
     for pattern in SOURCES:

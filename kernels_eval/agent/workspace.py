@@ -9,8 +9,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from catalogue import registry
 from catalogue.vocabulary import PHASES, UNKNOWN_PHASE
 from kernels_eval.agent.contract import operator_contract, reference_source
+from release.bundle import read_release
+from release.sealing import LeakError, assert_no_leak, public_vocabulary, sealed_strings
 
 LAYOUTS = ("hotshape", "atrex")
 PHASE_COLUMNS = ("weight_prefill", "weight_decode", "weight_mixed")
@@ -96,10 +99,6 @@ def build_workspace(release_path: str | Path, out: str | Path, ops: list[str] | 
                     layout: str = "hotshape", weights_version=None) -> dict:
     """Write the agent workspace of a release's operators at `out` (which must not exist); a summary with the
     leak check's report. A sealed string in any file stops it: WorkspaceLeak, and nothing is left at `out`."""
-    from catalogue import registry
-    from release.bundle import read_release
-    from release.sealing import LeakError, assert_no_leak, public_vocabulary, sealed_strings
-
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
     out = Path(out)

@@ -98,7 +98,7 @@ def detect_hardware(device: str, known: list[str] = ()) -> str:
 
     names = list(known)
     try:
-        from catalogue.hardware import load_hardware
+        from catalogue.hardware import load_hardware  # lazy: it needs pyyaml, which a GPU machine may lack
 
         names += list(load_hardware())
     except ImportError:  # no pyyaml: the release's roofline names are enough
@@ -867,7 +867,7 @@ def _t_roofline(roof: dict[str, float], p: Problem, hardware: str) -> float | No
     t_roof = roof.get(p.problem_id)
     if t_roof is None and hardware != "cpu":
         try:
-            from catalogue.roofline import problem_roofline
+            from catalogue.roofline import problem_roofline  # lazy: it needs pyyaml (see detect_hardware)
 
             t_roof = problem_roofline(p.operator, p.init_kwargs, p.input_kwargs, hardware)["t_roofline_s"]
         except (KeyError, ValueError, ImportError):

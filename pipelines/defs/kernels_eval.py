@@ -8,7 +8,10 @@ import dagster as dg
 import polars as pl
 
 from catalogue.vocabulary import DONE, STAGES
+from kernels_eval.eval_commands import eval_summary, evaluate_to
 from kernels_eval.harness.adoption import NATIVE_SHARE
+from kernels_eval.harness.release_view import read_release_view
+from kernels_eval.harness.runner import EvalConfig, detect_hardware
 from kernels_eval.results_schema import RESULTS, read_results
 from kernels_eval.results_verify import check_results
 from kernels_eval.run_summary import operator_summaries
@@ -34,11 +37,6 @@ class EvaluationDevices(dg.Config):
 def evaluation_results(context: dg.AssetExecutionContext, config: EvaluationDevices,
                        store: HotshapeStore) -> dg.MaterializeResult:
     """One row per problem of the release for a new run of one submission: compile, correctness, adoption, timing."""
-    # The harness spawns one worker process per operator file; torch and triton load there, not here.
-    from kernels_eval.eval_commands import eval_summary, evaluate_to
-    from kernels_eval.harness.release_view import read_release_view
-    from kernels_eval.harness.runner import EvalConfig, detect_hardware
-
     key, path = context.partition_key, store.results_file(context.partition_key)
     release = read_release_view(store.release_dir)
     hardware = detect_hardware(store.device, release.hardware_names)

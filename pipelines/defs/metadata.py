@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 import polars as pl
 
+from ingest import field_metadata
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -50,9 +52,7 @@ def column_schema(schema: pa.Schema | dict, columns: dict | None = None) -> dg.M
     if isinstance(schema, dict):
         schema = pl.DataFrame(schema=schema).to_arrow().schema
     if columns is not None:
-        from ingest.field_metadata import described
-
-        schema = described(schema, columns)
+        schema = field_metadata.described(schema, columns)
     def described(field: pa.Field) -> str | None:
         meta = field.metadata or {}
         text, unit = meta.get(b"description", b"").decode(), meta.get(b"unit", b"").decode()

@@ -13,6 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from catalogue import registry
 from kernels_eval.agent.optimize import Candidate, LoopState
 
 # tile sizes, and the work of one program or split (KEYS_PER_SPLIT: larger means fewer programs, as a tile)
@@ -115,8 +116,6 @@ def _multi_kernel_share(state: LoopState) -> float:
 
 def _intensity(state: LoopState) -> float:
     """FLOPs per byte of the operator's heaviest problem (by weight) the feedback names, from the work model."""
-    from catalogue import registry
-
     try:
         smoke = registry.spec(state.operator).smoke[0]
         w = registry.work(state.operator, dict(smoke.init), dict(smoke.inputs))
