@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "ingest.commands",
     "release.commands",
     "release.drift_commands",
+    "flow.commands",
     "kernels_eval.commands",
     "kernels_eval.agent.commands",
     "pipelines.commands",

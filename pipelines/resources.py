@@ -87,7 +87,7 @@ class HotshapeStore(dg.ConfigurableResource):
     # ---- weights, releases, drift ---------------------------------------------------------------
     @property
     def weights_dir(self) -> Path:
-        """What fleet_weights mined from the store for the latest refresh (release.build.save_mined)."""
+        """What fleet_weights mined from the store for the latest refresh (flow.build.save_mined)."""
         return Path(self.out) / "weights"
 
     @property

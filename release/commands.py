@@ -1,4 +1,5 @@
-"""`hotshape build | refresh | verify | keygen | import-atrex | export-atrex`: the command-line face of release."""
+"""`hotshape verify | keygen | import-atrex | export-atrex`: the command-line face of release (build and
+refresh: flow/commands.py)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,11 @@ import argparse
 import json
 import sys
 
-from ingest.cluster import add_cluster_argument
-
 # Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
 # command loads only what it runs.
 
 
-def _policy(path):
-    if path is None:
-        return None
-    from weighting.selection import load_policy
-
-    return load_policy(path)
-
-
-def _report(args, summary: dict, text: str) -> int:
+def print_summary(args, summary: dict, text: str) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -28,42 +19,13 @@ def _report(args, summary: dict, text: str) -> int:
     return 0
 
 
-def _run(command: str, fn) -> int:
+def one_line_errors(command: str, fn) -> int:
     # Bad input (layout, fleet, key, integrity, leak) is a clear one-line error, not a traceback.
     try:
         return fn()
     except (ValueError, FileNotFoundError) as exc:
         print(f"hotshape {command}: {exc}", file=sys.stderr)
         return 2
-
-
-def run_build(args: argparse.Namespace) -> int:
-    """Build a release from a trace root and fleet.yaml."""
-    from release.build import build_release
-
-    def go():
-        s = build_release(args.traces, args.fleet, args.out, name=args.name, created=args.created,
-                          policy=_policy(args.policy), signing_key=args.signing_key, wait_s=args.wait_s,
-                          store=args.store, jobs=args.jobs, cluster=args.cluster)
-        return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} operators, "
-                       f"coverage {s['coverage'].get('coverage_of_fleet', 0):.1%}, leak check passed")
-
-    return _run("build", go)
-
-
-def run_refresh(args: argparse.Namespace) -> int:
-    """Add the next weights version to a release from the current traces."""
-    from release.build import refresh_release
-
-    def go():
-        s = refresh_release(args.release, args.traces, args.fleet, created=args.created, policy=_policy(args.policy),
-                            signing_key=args.signing_key, wait_s=args.wait_s, store=args.store, jobs=args.jobs,
-                            cluster=args.cluster)
-        return _report(args, s, f"{s['release']}: weights v{s['version']} ({s['dropped']} problems "
-                       f"dropped to 0, {s['candidates']} candidates), total variation vs "
-                       f"v{s['version'] - 1} {s['drift']['total_variation']:.4f}")
-
-    return _run("refresh", go)
 
 
 def _typed(check) -> None:
@@ -100,7 +62,7 @@ def run_verify(args: argparse.Namespace) -> int:
             print(line, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 2
 
-    return _run("verify", go)
+    return one_line_errors("verify", go)
 
 
 def run_keygen(args: argparse.Namespace) -> int:
@@ -109,10 +71,10 @@ def run_keygen(args: argparse.Namespace) -> int:
 
     def go():
         s = keygen(args.out)
-        return _report(args, s, f"{s['private_key']} (keep it private) and {s['public_key']} (publish it): "
-                       f"{s['fingerprint']}")
+        return print_summary(args, s, f"{s['private_key']} (keep it private) and {s['public_key']} (publish it): "
+                             f"{s['fingerprint']}")
 
-    return _run("keygen", go)
+    return one_line_errors("keygen", go)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -121,10 +83,10 @@ def run_import(args: argparse.Namespace) -> int:
 
     def go():
         s = import_atrex(args.dir, args.out, name=args.name, created=args.created)
-        return _report(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} "
-                       f"operators, weights sum {s['weights_sum']:.12f}")
+        return print_summary(args, s, f"{s['release']}: {s['problems']} problems, {s['operators']} "
+                             f"operators, weights sum {s['weights_sum']:.12f}")
 
-    return _run("import-atrex", go)
+    return one_line_errors("import-atrex", go)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -133,53 +95,17 @@ def run_export(args: argparse.Namespace) -> int:
 
     def go():
         s = export_atrex(args.release, args.out, weights_version=args.weights)
-        return _report(args, s, f"{s['out']}: {s['problems']} problems, {s['operators']} operators")
+        return print_summary(args, s, f"{s['out']}: {s['problems']} problems, {s['operators']} operators")
 
-    return _run("export-atrex", go)
-
-
-def _store_arguments(p) -> None:
-    p.add_argument("--store", help="trace store to read and extend (a directory or fsspec URL, e.g. the --out of "
-                   "`hotshape ingest`; default: RELEASE.store beside the release)")
-    p.add_argument("--jobs", type=int, help="traces parsed at once (default: every core once the input is over 20 MB)")
-    add_cluster_argument(p)
+    return one_line_errors("export-atrex", go)
 
 
 def _version(text: str) -> int:
     return int(text.lstrip("v"))
 
 
-def _writer_options(p) -> None:
-    p.add_argument("--signing-key", help="Ed25519 private key file (hotshape keygen) to sign release.json with")
-    p.add_argument("--wait-s", type=float, default=0.0,
-                   help="wait this long for another build or refresh of the release to finish (default: stop at once)")
-
-
 def register(subparsers) -> None:
-    """Add build, refresh, verify, keygen, import-atrex and export-atrex to the hotshape command."""
-    p = subparsers.add_parser("build", help="traces + fleet.yaml -> a new release bundle")
-    p.add_argument("--traces", required=True, help="trace root (fleet.yaml globs are relative to it)")
-    p.add_argument("--fleet", required=True, help="fleet.yaml")
-    p.add_argument("--out", required=True, help="release directory to create (must not exist)")
-    p.add_argument("--name", help="release name (default: the --out directory's name)")
-    p.add_argument("--created", help="release date (default: fleet window end; never the clock)")
-    p.add_argument("--policy", help="selection policy YAML (default: weighting's policy.yaml)")
-    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    _writer_options(p)
-    _store_arguments(p)
-    p.set_defaults(func=run_build)
-
-    p = subparsers.add_parser("refresh", help="add weights vN+1 to a release from the current traces")
-    p.add_argument("release", help="release directory")
-    p.add_argument("--traces", required=True, help="trace root")
-    p.add_argument("--fleet", required=True, help="fleet.yaml")
-    p.add_argument("--created", help="date of the new weights version (default: fleet window end)")
-    p.add_argument("--policy", help="selection policy YAML")
-    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    _writer_options(p)
-    _store_arguments(p)
-    p.set_defaults(func=run_refresh)
-
+    """Add verify, keygen, import-atrex and export-atrex to the hotshape command."""
     p = subparsers.add_parser("verify", help="check a release's digest, every file and its Ed25519 signature")
     p.add_argument("release", help="release directory")
     p.add_argument("--public-key", help="the maintainer's public key (PEM) the release must be signed by; "

@@ -72,7 +72,7 @@ def _release_weight_set(path: Path, root: Path) -> tuple[pl.DataFrame, str]:
 
 def read_context(path: str | Path) -> tuple[dict[str, str], dict | None]:
     """(shape labels, the version's sealed inputs or None) of a release or a release's weights file; ({}, None)
-    for a bare weights file. The inputs (release/build.py's sealed/inputs/vN.json) exist from this release format on."""
+    for a bare weights file. The inputs (flow/build.py's sealed/inputs/vN.json) exist from this release format on."""
     path = Path(path)
     root = _release_of(path)
     if root is None:

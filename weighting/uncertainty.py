@@ -98,7 +98,7 @@ def operator_intervals(
     })
 
 
-# Every weights version's intervals (release.build): fixed so that the same traces give the same bytes.
+# Every weights version's intervals (flow.build): fixed so that the same traces give the same bytes.
 N_BOOT, SEED, LEVEL = 1000, 0, 0.95
 
 

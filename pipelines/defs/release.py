@@ -7,7 +7,7 @@ from catalogue.vocabulary import ROW_PHASES
 from pipelines.defs.metadata import column_schema, png_markdown, rounded, svg_markdown, table
 from pipelines.defs.weighting import fleet_weights, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
-from release.build import build_release, fleet_secrets, load_mined, refresh_release
+from flow.build import build_release, fleet_secrets, load_mined, refresh_release
 from release.bundle import read_release, weights_file
 from release.card import PLOT_OPERATORS, PLOT_PHASES, operator_table
 from release.schema import MANIFEST

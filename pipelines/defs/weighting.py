@@ -13,8 +13,8 @@ from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
 from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
 from weighting.schema import FLEET_WEIGHTS, PHASE_WEIGHTS
+from flow.build import load_mined, mine_store, save_mined
 from release.admission import MIN_OWN_WORK_SHARE, own_work
-from release.build import load_mined, mine_store, save_mined
 from weighting.selection import SUM_TOLERANCE
 
 

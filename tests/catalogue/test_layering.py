@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Ground floor first: catalogue → ingest → weighting → release → kernels_eval → pipelines.
-FLOORS = ("catalogue", "ingest", "weighting", "release", "kernels_eval", "pipelines")
+# Ground floor first: catalogue → ingest → weighting → release → flow → kernels_eval → pipelines.
+FLOORS = ("catalogue", "ingest", "weighting", "release", "flow", "kernels_eval", "pipelines")
 
 
 def imported_modules(path: Path) -> list[tuple[str, int]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from catalogue import vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("ingest", "weighting", "release", "kernels_eval", "pipelines")
+PACKAGES = ("ingest", "weighting", "release", "flow", "kernels_eval", "pipelines")
 WORDS = {name: value for name, value in vars(vocabulary).items() if name.isupper()}
 
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("catalogue", "ingest", "weighting", "release", "kernels_eval", "pipelines")
+PACKAGES = ("catalogue", "ingest", "weighting", "release", "flow", "kernels_eval", "pipelines")
 MODULE = re.compile(r"(?<![\w./<>-])((?:[\w<>]+/)*[\w<>]+\.py)\b")
 NOT_IN_PACKAGE = ("tests/", "benchmarks/", "examples/", "docs/")
 
@@ -68,7 +68,7 @@ def test_a_missing_or_unnamed_module_is_caught(tmp_path):
     (tmp_path / "ingest" / "sub" / "b.py").write_text("")
     (tmp_path / "ingest" / "extra.py").write_text("")
     (tmp_path / "pipelines" / "sub" / "x.py").write_text("")
-    agents = ("## Layout\n```\n" + "".join(f"{p}/    nothing here\n" for p in ("catalogue", "release", "kernels_eval"))
+    agents = ("## Layout\n```\n" + "".join(f"{p}/    nothing here\n" for p in ("catalogue", "release", "flow", "kernels_eval"))
               + "ingest/  store.py (the store), gone.py, sub/<op>.py, tests/ingest/test_store.py\n"
               + "pipelines/  sub/x.py and docs/x.py\n```\n")
     assert layout_mismatches(tmp_path, agents) == [

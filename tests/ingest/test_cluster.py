@@ -19,7 +19,7 @@ pytest.importorskip("distributed")
 
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
-from release.build import build_release  # noqa: E402
+from flow.build import build_release  # noqa: E402
 from release.bundle import read_release  # noqa: E402
 
 DASK = Path(sys.executable).with_name("dask")

@@ -62,7 +62,7 @@ def test_the_same_bytes_under_two_names_are_one_profile_with_both_names(tmp_path
 
 def test_a_release_counts_the_same_bytes_under_two_names_once(tmp_path):
     """Regression: the same trace under two names made build fail ("attributes more ns than its gpu_ns")."""
-    from release.build import build_release
+    from flow.build import build_release
 
     root = tmp_path / "t"
     _copy(root, EAGER, "x/a.json.gz"), _copy(root, EAGER, "x/b.json.gz")

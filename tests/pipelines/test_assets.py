@@ -115,7 +115,7 @@ def _release_files(release) -> dict[str, bytes]:
 
 def test_the_cli_builds_byte_for_byte_the_release_the_pipeline_built(materialized_on_sqlite, tmp_path):
     """One data path: `hotshape build` over its own trace store writes the release the assets wrote."""
-    from release.build import build_release
+    from flow.build import build_release
 
     store, _, _ = materialized_on_sqlite
     out = tmp_path / store.release_name

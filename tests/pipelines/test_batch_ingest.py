@@ -21,7 +21,7 @@ def _files(release) -> dict[str, bytes]:
 
 
 def test_a_batch_of_trace_partitions_is_one_run_and_builds_the_cli_release(tmp_path):
-    from release.build import build_release
+    from flow.build import build_release
 
     store = example_store(tmp_path / "out")
     keys = store.trace_keys()

@@ -11,7 +11,7 @@ import yaml
 from ingest.store import TraceStore
 from ingest.taxonomy import DEFAULT_PATH
 from release.admission import MIN_OWN_WORK_SHARE, own_work, refusals
-from release.build import build_release
+from flow.build import build_release
 from release.bundle import ReleaseError
 from tests.conftest import REPO
 

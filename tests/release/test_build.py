@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import yaml
 
-from release.build import build_release, refresh_release
+from flow.build import build_release, refresh_release
 from release.roofline import load_hardware_or_none
 from release.bundle import ReleaseIntegrityError, read_release
 from release.sealing import LeakError

@@ -8,7 +8,7 @@ import shutil
 
 import yaml
 
-from release.build import build_release
+from flow.build import build_release
 from tests.conftest import REPO
 
 DUALPIPE = REPO / "tests" / "fixtures" / "wild" / "deepseek_v3_dualpipe_h800.json.gz"

@@ -38,7 +38,7 @@ def test_cli_rejects_missing_arguments():
 def test_release_never_imports_torch(atrex_dir, tmp_path):
     code = (
         "import sys\n"
-        "import release.commands, release.build, release.card, release.sealing\n"
+        "import release.commands, flow.build, flow.commands, release.card, release.sealing\n"
         "from release.atrex import import_atrex, export_atrex\n"
         f"import_atrex({str(atrex_dir)!r}, {str(tmp_path / 'r')!r})\n"
         f"export_atrex({str(tmp_path / 'r')!r}, {str(tmp_path / 'x')!r})\n"

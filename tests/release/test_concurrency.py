@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from release.build import build_release
+from flow.build import build_release
 from release.bundle import read_release
 from release.integrity import IntegrityError, read_verified
 from release.lock import lock_path, release_lock

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from release.build import build_release, refresh_release
+from flow.build import build_release, refresh_release
 from release.bundle import read_release
 
 

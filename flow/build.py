@@ -14,13 +14,28 @@ import msgspec
 import polars as pl
 import pyarrow as pa
 
+from catalogue.registry import split_kwargs
 from catalogue.vocabulary import PHASES, ROW_PHASES
+from ingest import schema as ingest_schema
+from ingest.output import write_parquet_atomic
+from ingest.pipeline import traces_frame_from
+from ingest.store import TraceStore
 from ingest.tracefile import is_url
 from release import ids
+from release.admission import refusals, refuse
 from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, intervals_files,
                             json_bytes, read_release, table_file, weights_file, write_bundle)
+from release.card import card_files
+from release.lock import release_lock
 from release.roofline import has_our_roofline, load_hardware_or_none, regained_roofline, roofline_frame, roofline_rows
 from release.schema import PROVENANCE
+from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
+from weighting.drift import beyond_intervals, compare
+from weighting.fleet import load_fleet
+from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
+from weighting.selection import select_hot
+from weighting.uncertainty import LEVEL, N_BOOT, SEED, version_intervals
+from weighting.weights import deployment_inputs, fleet_weights
 
 WEIGHT_COLUMNS = ("weight",) + tuple(f"weight_{p}" for p in PHASES)
 
@@ -51,9 +66,6 @@ def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None 
          store: str | Path, jobs: int | None = None, cluster: str | None = None) -> Mined:
     """Put the traces the fleet claims into the trace store (only what it lacks; on the Dask scheduler at
     `cluster` when given), then mine the store."""
-    from ingest.store import TraceStore
-    from weighting.fleet import load_fleet
-
     root = Path(traces_root)
     fleet = load_fleet(fleet_path, root, accelerators=set(hardware) if hardware else None)
     names = sorted(fleet.assignment())
@@ -80,18 +92,13 @@ def _removed_on_failure(store: str | Path):
 
 
 def _release_imports() -> None:
-    """The modules the rest of a build imports (matplotlib's ~0.35 s most of it), imported while the store's
-    workers parse: this process has nothing else to do then, and one core idles after them."""
+    """matplotlib (~0.35 s of imports; the release card draws with it), imported while the store's workers
+    parse: this process has nothing else to do then, and one core idles after them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.backends.backend_agg  # noqa: F401 - the card's plots render with it
     import matplotlib.figure  # noqa: F401
-
-    import release.card  # noqa: F401
-    import release.sealing  # noqa: F401
-    import weighting.selection  # noqa: F401
-    import weighting.uncertainty  # noqa: F401
 
 
 def mine_store(store, fleet, ids: dict[str, str], policy=None, *, unreadable=(), left_out=()) -> Mined:
@@ -100,10 +107,6 @@ def mine_store(store, fleet, ids: dict[str, str], policy=None, *, unreadable=(),
     Only summaries and op_shape_time are read; provenance rows stay a lazy scan of the store.
     `left_out` ({path, trace_id, reason}) are read traces kept out, e.g. by a failed check.
     """
-    from ingest.pipeline import traces_frame_from
-    from weighting.selection import select_hot
-    from weighting.weights import fleet_weights
-
     out = {q["path"] for q in left_out}
     rows, quarantined = [], list(unreadable)
     for name in sorted(n for n in ids if n not in out):
@@ -129,10 +132,6 @@ MINED_FILES = ("traces.parquet", "op_shape_time.parquet", "fleet_weights.parquet
 
 def save_mined(mined: Mined, folder: str | Path) -> Path:
     """Write what `mine_store` found to `folder` (the Dagster fleet_weights asset), for `load_mined`."""
-    from ingest import schema as ingest_schema
-    from ingest.output import write_parquet_atomic
-    from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
-
     folder = Path(folder)
     frames = (mined.traces, mined.op_shape_time, mined.fleet_weights, mined.selected)
     described = (ingest_schema.descriptions("TRACES"), ingest_schema.descriptions("OP_SHAPE_TIME"), WEIGHTING_COLUMNS,
@@ -156,8 +155,6 @@ def load_mined(folder: str | Path, store, fleet) -> Mined:
 
 def problems_of(selected: pl.DataFrame, key: bytes) -> pl.DataFrame:
     """Selected (operator, shape) rows as problems: id, operator, kwargs split, dtypes, weights."""
-    from catalogue.registry import split_kwargs
-
     rows = []
     for r in selected.iter_rows(named=True):
         kwargs = json.loads(r["shape"])
@@ -219,8 +216,6 @@ def secrets_of(fleet, traces: pl.DataFrame, unused: list[dict] = ()) -> list[str
 
 def admit(mined: Mined, fleet) -> None:
     """Refuse the release when a selected problem is not its operator's work (release/admission.py), naming it."""
-    from release.admission import refusals, refuse
-
     refuse(refusals(mined.selected, mined.by_kernel), fleet)
 
 
@@ -228,8 +223,6 @@ def _record_intervals(files: dict, version_info: dict, mined: Mined, problems: p
                       weights: pl.DataFrame, version: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Bootstrap intervals over profiles of weights `version` (weighting.uncertainty.version_intervals) as
     public/intervals/vN*.parquet; `problems` (problem_id, operator, shape) are those weighted in it."""
-    from weighting.uncertainty import LEVEL, N_BOOT, SEED, version_intervals
-
     per_problem, per_operator = version_intervals(mined.op_shape_time, mined.traces, mined.fleet,
                                                   problems.select("operator", "shape"))
     operator_of = problems.select("problem_id", "operator", "shape").join(per_problem, on=["operator", "shape"])
@@ -262,8 +255,6 @@ def inputs_file(version: int) -> str:
 def _record_inputs(files: dict, version_info: dict, mined: Mined, problems: pl.DataFrame, version: int) -> None:
     """Each deployment's card-hours and trace ids, and its fleet card-hours per problem (`problems`: problem_id,
     operator, shape), as sealed/inputs/vN.json: what a drift between two versions is explained by."""
-    from weighting.weights import deployment_inputs
-
     deployments, parts = deployment_inputs(mined.op_shape_time, mined.traces, mined.fleet)
     parts = parts.join(problems.select("problem_id", "operator", "shape"), on=["operator", "shape"])
     per_problem: dict[str, dict[str, float]] = {}
@@ -309,9 +300,6 @@ def _phase_split(fw: pl.DataFrame) -> dict[str, float]:
 def _finish(out, files: dict, info: dict, manifest: pl.DataFrame, weights: dict, provenance: pl.DataFrame,
             secrets: list[str], replace: bool, signing_key=None, wait_s: float = 0.0) -> dict:
     """Add the card, run the leak check on the finished bundle, and move it into place."""
-    from release.card import card_files
-    from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
-
     files = dict(files)
     files.update(card_files(info, manifest, weights))
     files[SEALED_FILES["provenance"]] = table_file(SEALED_FILES["provenance"], provenance, "provenance", ("problem_id",))
@@ -409,8 +397,6 @@ def refresh_release(release: str | Path, traces: str | Path, fleet: str | Path, 
     Read, mined and written under one lock: a second refresh started meanwhile builds on this one's
     vN+1 instead of losing it. A signed release stays signed: `signing_key` is then required.
     """
-    from release.lock import release_lock
-
     with release_lock(release, wait_s):
         return _refresh(release, traces, fleet, created=created, policy=policy, hardware=hardware,
                         signing_key=signing_key, store=store, jobs=jobs, mined=mined, cluster=cluster)
@@ -426,8 +412,6 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     against vN is written to public/drift/vN+1.json. Traces come from the trace store as in
     build_release (default: default_store(release)): only profiles the store lacks are parsed.
     """
-    from weighting.drift import beyond_intervals, compare
-
     rel = read_release(release)
     if rel.check.signature != "unsigned" and signing_key is None:
         raise ReleaseError(f"{release}: signed by {rel.check.key}; give --signing-key to sign weights "
