@@ -25,7 +25,7 @@ from release import ids
 from release.admission import refusals, refuse
 from release.bundle import (MANIFEST_FILE, SEALED_FILES, ReleaseError, candidates_file, drift_file, intervals_files,
                             json_bytes, read_release, table_file, weights_file, write_bundle)
-from release.card import card_files
+from release.card import NOT_BENCHMARKED, card_files
 from release.lock import release_lock
 from release.roofline import has_our_roofline, load_hardware_or_none, regained_roofline, roofline_frame, roofline_rows
 from release.schema import PROVENANCE
@@ -282,8 +282,6 @@ def _created(created: str | None, fleet) -> str | None:
 def _coverage(report: dict) -> dict:
     """The selection report's figures, and each operator the evaluator cannot benchmark (communication, memcpy,
     memset, other, ...) as `not_benchmarked_<operator>`: its share of all fleet GPU time, so the card shows it."""
-    from release.card import NOT_BENCHMARKED
-
     out = {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for entry in report.get("operators", []):
         if entry.get("status") == "not_benchmarkable":

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ingest.taxonomy import load_taxonomy
+
 # A problem is admitted with at least this share of its GPU time in kernels whose role fits its operator.
 # "Almost all": a GEMM's own workspace memset or a stray fill of an attention op is allowed, a cast is not.
 MIN_OWN_WORK_SHARE = 0.98
@@ -37,8 +39,6 @@ class Refusal:
 def own_work(selected: pl.DataFrame, by_kernel: pl.DataFrame | pl.LazyFrame, taxonomy=None) -> pl.DataFrame:
     """Per selected (operator, shape): gpu_ns, own_ns (time in kernels whose role fits the operator), own_share
     and `foreign` (JSON: role -> ns of the rest), from provenance rows (operator, shape, kernel, gpu_ns)."""
-    from ingest.taxonomy import load_taxonomy
-
     tax = load_taxonomy(taxonomy)
     rows = (by_kernel.lazy().join(selected.lazy().select("operator", "shape").unique(), on=["operator", "shape"])
             .group_by("operator", "shape", "kernel").agg(pl.col("gpu_ns").sum()).collect()
