@@ -38,8 +38,8 @@ import polars as pl
 from catalogue.vocabulary import ATTRIBUTED
 from ingest.cluster import ingest_on_cluster
 from ingest.schema import parquet
-from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, read_file, sibling,
-                              trace_id_of, trace_name)
+from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, sibling,
+                              trace_name)
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
