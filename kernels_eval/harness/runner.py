@@ -286,7 +286,7 @@ class OperatorJudge:
         replay_reason: str | None = None  # why the replay did not reproduce the output (None: it did)
         gpu = self.config.device == "cuda"
         self.spent = {}
-        # what the worker's observation channel recorded over this verdict's calls 
+        # what the worker's observation channel recorded over this verdict's calls
         self.observed, self.observed_ops, self.tamper = [], {}, None
         v.step_s = self.spent
         try:
