@@ -9,6 +9,8 @@ from functools import lru_cache
 
 import polars as pl
 
+from ingest.step_kernels import cut_steps, step_phases
+
 # vLLM V1 gpu_worker: execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>); the
 # TraceLens-patched variant puts the step's token count first and per-class sums in the
 # parentheses: execute_<T>_context_<Rc>(sq<Σq>sk<Σk>sqsq..sqsk..)_generation_<Rg>(sq..sk..).
@@ -161,12 +163,12 @@ def phase_from_shape(operator: str, shape: dict) -> str | None:
     return None
 
 
-def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[int]) -> dict:
+def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[int], step_of: list[int]) -> dict:
     """Rows the shape rule decides together: one group per step as far as the trace shows steps.
 
     A graph launch replaying attention is a whole step (a FULL graph), so it is its own group
     and also separates the eager work before it from the work after it; the rest is grouped by
-    its innermost non-step annotation, within those separations.
+    its innermost non-step annotation and its step (ingest.step_kernels.cut_steps), within those separations.
     """
     n = events.height
     graph = events["graph_launch"].fill_null(False).to_list()
@@ -186,7 +188,7 @@ def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[in
         if graph[i] and correlation[i] in first:
             key = ("graph", correlation[i])
         else:
-            key = ("eager", annotations[i], bisect.bisect_right(starts, ts[i]))
+            key = ("eager", annotations[i], bisect.bisect_right(starts, ts[i]), step_of[i])
         groups.setdefault(key, []).append(i)
     return groups, set(first)
 
@@ -297,6 +299,19 @@ def _fill_within_steps(events: pl.DataFrame, chains: list, annotations: list, ph
                 phase[i], rule[i] = current, "shape:step"
 
 
+def _fill_by_step(step_of: list[int], phase: list[str], rule: list[str]) -> None:
+    """Rows still undecided take the one phase the decided rows of their step (cut at sampling) agree on."""
+    agreed: dict[int, set] = {}
+    for i, r in enumerate(rule):
+        if r != "none" and phase[i] != "unknown":
+            agreed.setdefault(step_of[i], set()).add(phase[i])
+    for i, r in enumerate(rule):
+        if r == "none":
+            got = agreed.get(step_of[i])
+            if got is not None and len(got) == 1:
+                phase[i], rule[i] = next(iter(got)), "shape:step"
+
+
 def assign_phases(
     events: pl.DataFrame, shapes: list[dict], operators: list[str], chains: list | None = None, annotations: list | None = None
 ) -> tuple[list[str], list[str]]:
@@ -330,11 +345,21 @@ def assign_phases(
         return phase, rule
     if not serving_workload(chains, annotations, operators):
         return phase, rule
-    groups, full = _shape_groups(events, operators, undecided)
+    kernels, dur = events["kernel"].to_list(), events["dur_ns"].to_list()
+    step_of = cut_steps(events["device"].to_list(), events["ts_ns"].to_list(), operators)
+    by_kernels = step_phases(step_of, kernels, dur, operators)
+    groups, full = _shape_groups(events, operators, undecided, step_of)
     for members in groups.values():
         seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}
         seen.discard(None)
-        if len(seen) == 1:
+        steps = {step_of[i] for i in members}
+        evidence = {by_kernels[s] for s in steps if s in by_kernels}
+        if len(evidence) == 1 and (not seen or next(iter(evidence))[1].startswith("kernels:prefill")):
+            # A prefill kernel in the step outweighs a decode kernel's claim (vLLM launches it every step).
+            decided, why = evidence.pop()
+            for i in members:
+                phase[i], rule[i] = decided, why
+        elif len(seen) == 1:
             decided = seen.pop()
             for i in members:
                 phase[i], rule[i] = decided, "shape:attention"
@@ -345,6 +370,7 @@ def assign_phases(
                 phase[i], rule[i] = decided, "shape:attention"
 
     _fill_within_steps(events, chains, annotations, phase, rule)
+    _fill_by_step(step_of, phase, rule)
 
     # Graph heuristic: a graph launch that replays attention kernels is a FULL graph, and
     # vLLM (FULL_DECODE_ONLY / FULL_AND_PIECEWISE), SGLang and static-cache HF loops capture

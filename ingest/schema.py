@@ -55,7 +55,7 @@ CLASSIFIED_EVENT_COLUMNS = KERNEL_EVENT_COLUMNS | {
     "operator": pl.String,  # canonical operator (ingest/taxonomy.yaml `operators`), `other` if none
     "shape": pl.String,  # canonical JSON of the operator's kwargs ("{}" when nothing is known)
     "phase": pl.String,  # catalogue.vocabulary.ROW_PHASES
-    "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|shape:step|graph:full_graph_decode|none
+    "phase_rule": pl.String,  # annotation:vllm|annotation:sglang|annotation:range|annotation:bracket|shape:attention|shape:step|kernels:*|graph:full_graph_decode|none
 }
 
 OP_SHAPE_TIME_COLUMNS = {
@@ -115,7 +115,7 @@ COLUMNS = {
     "operator": ("canonical operator (ingest/taxonomy.yaml), other if none", ""),
     "shape": ("canonical JSON of the operator's kwargs ({} when nothing is known)", ""),
     "phase": ("prefill, decode, mixed or unknown", ""),
-    "phase_rule": ("which rule decided the phase (annotation:*, shape:*, graph:full_graph_decode or none)", ""),
+    "phase_rule": ("which rule decided the phase (annotation:*, shape:*, kernels:* (ingest/step_kernels.yaml), graph:full_graph_decode or none)", ""),
     "path": ("trace file name relative to the trace root, forward slashes", ""),
     "gpu_ns": ("GPU time of the row's activities (kernels, memcpys, memsets)", "ns"),
     "attributed_ns": ("GPU time attributed to an op (direct or through a graph-capture trace)", "ns"),

@@ -149,7 +149,9 @@ def test_sdpa_query_length_says_decode_or_prefill(raw, name):
 @pytest.mark.parametrize("name", sorted(GRAPH))
 def test_unannotated_graph_trace_phases(raw, events, name):
     # No annotations: graph replays are decode (capture-time attention has one query per
-    # sequence), and the eager forward before the first replay is the prefill.
+    # sequence), and the eager forward before the first replay is the prefill. A step ends with its
+    # sampling (argmax of the logits): what runs between replays up to the last argmax belongs to a
+    # decode step; only what follows the last argmax (the next token's copy for a step never taken) is unknown.
     trace, out = raw(GRAPH[name]), events(GRAPH[name])
     graph_corr = {launch["args"]["correlation"] for _, launch, _ in trace.gpu if launch is not None and launch["name"] == "cudaGraphLaunch"}
     replayed = [g for g, launch, _ in trace.gpu if launch is not None and launch["args"]["correlation"] in graph_corr]
@@ -160,10 +162,13 @@ def test_unannotated_graph_trace_phases(raw, events, name):
     graph = out.filter(pl.col("graph_launch"))
     assert graph["dur_ns"].sum() == sum(_ns(g["dur"]) for g in replayed)
     assert set(graph["phase"]) == {"decode"} and set(graph["phase_rule"]) == {"shape:attention"}
-    assert by_phase["decode"] == graph["dur_ns"].sum()
-    assert by_phase["prefill"] == before
-    # What runs between replays (argmax of the logits, the next token's copy) has no attention: unknown.
-    assert by_phase.get("unknown", 0) == trace.total_ns() - before - graph["dur_ns"].sum()
+    argmax = sorted(_ns(g["ts"]) for g, _, _ in trace.gpu if "ArgMax" in g["name"])
+    assert argmax[0] < first  # the prefill's sampling, then the first decode step's copies, then its replay
+    prefill = sum(_ns(g["dur"]) for g, _, _ in trace.gpu if _ns(g["ts"]) <= argmax[0])
+    after = sum(_ns(g["dur"]) for g, _, _ in trace.gpu if _ns(g["ts"]) > argmax[-1])
+    assert by_phase["prefill"] == prefill and before - prefill < 0.001 * before
+    assert by_phase["decode"] == trace.total_ns() - prefill - after > graph["dur_ns"].sum()
+    assert by_phase.get("unknown", 0) == after
 
 
 def test_graph_and_eager_runs_split_alike(events):

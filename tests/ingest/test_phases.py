@@ -84,13 +84,28 @@ def test_shape_rule_without_annotation(public_traces):
     assert set(out["phase"]) == {"unknown"}
 
 
-def test_full_graph_heuristic_when_the_step_annotation_is_missing(public_traces):
-    # The FULL-graph decode step with its step annotation removed (a trace taken without it).
-    events = read_events(public_traces / STEP_FULL).with_columns(
+def _without_step_annotation(events: pl.DataFrame) -> pl.DataFrame:
+    return events.with_columns(
         pl.col("op_chain").list.eval(pl.element().filter(~pl.element().str.starts_with("execute_"))),
-        pl.lit(None, dtype=pl.String).alias("annotation"),
-    )
-    out = classify_events(events.with_columns(pl.lit(None, dtype=pl.String).alias("op_chain_args")))
+        pl.lit(None, dtype=pl.String).alias("annotation"), pl.lit(None, dtype=pl.String).alias("op_chain_args"))
+
+
+def test_decode_kernels_decide_a_step_when_the_step_annotation_is_missing(public_traces):
+    # The FULL-graph decode step with its step annotation removed (a trace taken without it): vLLM's 3-D unified
+    # attention and its segment reduction run only when every sequence has one query token, so the whole step,
+    # its eager copies and sampling included, is decode, as the annotated trace says.
+    events = read_events(public_traces / STEP_FULL)
+    out = classify_events(_without_step_annotation(events))
+    assert set(out["phase"]) == {"decode"} and set(out["phase_rule"]) == {"kernels:decode"}
+    assert set(classify_events(events)["phase"]) == {"decode"}
+
+
+def test_full_graph_heuristic_without_decode_kernels(public_traces):
+    # The same step with its attention kernels renamed to one that says nothing about the phase: only the
+    # FULL graph replaying attention says decode, and the eager rows outside it stay unknown.
+    events = _without_step_annotation(read_events(public_traces / STEP_FULL)).with_columns(
+        pl.col("kernel").str.replace(r"^(kernel_unified_attention_3d|reduce_segments)$", "kernel_unified_attention_2d"))
+    out = classify_events(events)
     graph = out.filter(pl.col("graph_launch"))
     assert set(graph["phase"]) == {"decode"}
     assert set(graph["phase_rule"]) == {"graph:full_graph_decode"}

@@ -1,0 +1,102 @@
+"""Serving phases of unannotated steps from the kernels each step runs (ingest/step_kernels.yaml).
+
+Without a step annotation or attention shapes, a step still says what it is by its kernels: a prefix-prefill
+or batch-prefill attention kernel runs only when the step has prompt tokens, a paged-decode kernel only for
+decode tokens, FlashAttention's split-KV combine only when every sequence has one query token. Steps are cut
+per device after each sampling run (argmax / sampler kernels: the step's last work). A step without such
+evidence stays `unknown`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from statistics import median
+
+DEFAULT_PATH = Path(__file__).with_name("step_kernels.yaml")
+SAMPLING = "topk_filter"  # the operator of a step's sampling rows (ingest/taxonomy.yaml)
+ATTENTION = frozenset({"unified_attention", "attention_forward", "paged_attention_decode", "mla_decode_attention"})
+# Beside a prefill kernel, a decode kernel whose mean launch is under this share of its mean launch on the
+# trace's decode-only steps ran idle (vLLM launches it every step): the step is prefill, else mixed.
+IDLE_DECODE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """The kernel-name patterns of step_kernels.yaml."""
+
+    prefill: re.Pattern
+    decode: re.Pattern
+    decode_pass: re.Pattern
+
+
+@lru_cache(maxsize=4)
+def load_step_kernels(path: str | None = None) -> StepKernels:
+    """The patterns at `path` (default: the shipped step_kernels.yaml), validated."""
+    import yaml
+
+    where = Path(path) if path else DEFAULT_PATH
+    doc = yaml.safe_load(where.read_text())
+    if not isinstance(doc, dict) or set(doc) != {"prefill", "decode", "decode_pass"}:
+        raise ValueError(f"{where}: must map exactly prefill, decode and decode_pass to patterns")
+    try:
+        return StepKernels(**{k: re.compile(v) for k, v in doc.items()})
+    except (TypeError, re.error) as exc:
+        raise ValueError(f"{where}: a pattern is not a valid regex ({exc})") from None
+
+
+def cut_steps(devices: list, ts: list[int], operators: list[str]) -> list[int]:
+    """Each row's step: per device in time order, a new step begins after each run of sampling rows.
+    Steps are numbered across devices (one device's steps never share a number with another's)."""
+    order = sorted(range(len(ts)), key=lambda i: (devices[i] is None, devices[i] or 0, ts[i], i))
+    step_of = [0] * len(ts)
+    step, device, sampled = -1, object(), False
+    for i in order:
+        if devices[i] != device:
+            step, device, sampled = step + 1, devices[i], False
+        elif sampled and operators[i] != SAMPLING:
+            step += 1
+            sampled = False
+        sampled = sampled or operators[i] == SAMPLING
+        step_of[i] = step
+    return step_of
+
+
+def step_phases(step_of: list[int], kernels: list[str], dur: list[int], operators: list[str],
+                patterns: StepKernels | None = None) -> dict[int, tuple[str, str]]:
+    """The phase and rule each step's kernels decide, for the steps they decide."""
+    patterns = patterns or load_step_kernels()
+    seen: dict[int, dict] = {}
+    said: dict[str, tuple[bool, bool, bool]] = {}  # kernel name -> (prefill, decode, decode pass): names repeat
+    for i, s in enumerate(step_of):
+        e = seen.setdefault(s, {"prefill": False, "decode_ns": 0, "decode_n": 0, "pass": False, "attention": False})
+        name = kernels[i] or ""
+        says = said.get(name)
+        if says is None:
+            says = said[name] = (bool(patterns.prefill.search(name)), bool(patterns.decode.search(name)),
+                                 bool(patterns.decode_pass.search(name)))
+        e["attention"] = e["attention"] or operators[i] in ATTENTION
+        e["prefill"] = e["prefill"] or says[0]
+        if says[1]:
+            e["decode_ns"] += dur[i]
+            e["decode_n"] += 1
+        e["pass"] = e["pass"] or says[2]
+    decode_only = [e["decode_ns"] / e["decode_n"] for e in seen.values() if e["decode_n"] and not e["prefill"]]
+    reference = median(decode_only) if decode_only else None
+    with_pass = any(e["pass"] for e in seen.values())
+    out: dict[int, tuple[str, str]] = {}
+    for s, e in seen.items():
+        if e["prefill"] and e["decode_n"]:
+            if reference is not None and e["decode_ns"] / e["decode_n"] < IDLE_DECODE_SHARE * reference:
+                out[s] = ("prefill", "kernels:prefill_idle_decode")
+            elif reference is not None:
+                out[s] = ("mixed", "kernels:prefill_and_decode")
+        elif e["prefill"]:
+            out[s] = ("prefill", "kernels:prefill")
+        elif e["decode_n"] or e["pass"]:
+            out[s] = ("decode", "kernels:decode")
+        elif with_pass and e["attention"]:
+            # the trace's decode steps run their attention with a split-KV combine; this one without
+            out[s] = ("prefill", "kernels:no_decode_pass")
+    return out
