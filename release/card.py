@@ -15,7 +15,7 @@ import polars as pl
 from catalogue.vocabulary import PHASES
 
 # A coverage report's key for an operator no problem can stand for (communication, memcpy, memset, other, ...):
-# NOT_BENCHMARKED + operator -> its share of all fleet GPU time (release/build.py writes it, the card shows it).
+# NOT_BENCHMARKED + operator -> its share of all fleet GPU time (flow/build.py writes it, the card shows it).
 NOT_BENCHMARKED = "not_benchmarked_"
 
 PLOT_OPERATORS = "plots/operator_weights.png"
