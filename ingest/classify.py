@@ -159,13 +159,18 @@ def _conv_or_backward(operator: str, rule: str) -> str | None:
     return "backward" if rule == "backward" else "convolution" if operator == "convolution" else None
 
 
+# A copy, fill or collective decided by its category or its kernel's role carries no op's shape: the op that
+# launched it (aten::mm's workspace memset, aten::linear's cast) is not its work.
+_NO_SHAPE_RULES = ("roles.", "categories.")
+
+
 def _problem(tax: Taxonomy, kernel: str, category: str, chain: list, args: list, annotation: str | None) -> tuple:
     """One combination's operator, kwargs and deciding rule, and the backward op that decided it (else None)."""
     match = tax.classify(kernel, category, chain)
     depth, op_args = match.depth, None
     if depth is not None and depth < len(args):
         op_args = args[depth]
-    elif depth is None and match.operator not in ("other",) and not match.rule.startswith("roles."):
+    elif depth is None and match.operator not in ("other",) and not match.rule.startswith(_NO_SHAPE_RULES):
         depth, op_args = _innermost_args(args)
     op_name = chain[depth] if depth is not None and depth < len(chain) else None
     kwargs = shape_kwargs(match.operator, op_name, op_args, list(zip(chain, args)))
