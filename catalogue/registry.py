@@ -4,9 +4,10 @@ are kernels_eval.registry.load_reference)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from catalogue.vocabulary import TIMING_RULES
-from catalogue.work import CATALOGUE_OPERATORS, OPERATORS, load_work
+from catalogue.vocabulary import OPERATOR_TRAITS, TIMING_RULES
+from catalogue.work import CATALOGUE_OPERATORS, MODELLED_OPERATORS, OPERATORS, load_work
 from catalogue.work._common import PATHS, Smoke
 
 
@@ -25,6 +26,7 @@ class OperatorSpec:
     order_free_outputs: tuple[str, ...] = ()
     data_dependent_size: bool = False  # output lengths depend on input values (the host must read them)
     timing_rule: str = TIMING_RULES[0]  # how a timed call's time is measured (catalogue.vocabulary.TIMING_RULES)
+    traits: frozenset[str] = frozenset()  # what the work model declares it is (catalogue.vocabulary.OPERATOR_TRAITS)
 
 
 def operator_names() -> list[str]:
@@ -50,7 +52,36 @@ def spec(name: str) -> OperatorSpec:
                         outputs=tuple(w.OUTPUTS), inplace=dict(w.INPLACE), tolerance=dict(w.TOLERANCE),
                         smoke=tuple(w.SMOKE), in_catalogue=name in CATALOGUE_OPERATORS,
                         order_free_outputs=tuple(getattr(w, "ORDER_FREE_OUTPUTS", ())),
-                        data_dependent_size=dependent, timing_rule=rule)
+                        data_dependent_size=dependent, timing_rule=rule, traits=traits(name))
+
+
+@lru_cache(maxsize=None)
+def traits(name: str) -> frozenset[str]:
+    """The traits operator `name`'s work model declares (TRAITS), checked against the vocabulary's."""
+    w = load_work(name)
+    declared = frozenset(getattr(w, "TRAITS", ()))
+    unknown = sorted(declared - set(OPERATOR_TRAITS))
+    if unknown:
+        raise ValueError(f"catalogue/work/{name}.py: TRAITS {unknown} not in {', '.join(OPERATOR_TRAITS)}")
+    if "attention" in declared and not callable(getattr(w, "phase_of_shape", None)):
+        raise ValueError(f"catalogue/work/{name}.py: an attention operator defines phase_of_shape(shape)")
+    return declared
+
+
+@lru_cache(maxsize=None)
+def operators_with(trait: str) -> frozenset[str]:
+    """Every operator with a work model (benchmarkable or modelled) that declares `trait`."""
+    if trait not in OPERATOR_TRAITS:
+        raise KeyError(f"unknown trait {trait!r}; known: {', '.join(OPERATOR_TRAITS)}")
+    return frozenset(name for name in OPERATORS + MODELLED_OPERATORS if trait in traits(name))
+
+
+def phase_of_shape(operator: str, shape: dict) -> str | None:
+    """The serving phase an attention call's shape implies (its work model's rule); None for any other operator
+    or a shape that says nothing."""
+    if operator not in operators_with("attention"):
+        return None
+    return load_work(operator).phase_of_shape(shape)
 
 
 def split_kwargs(operator: str, kwargs: dict) -> tuple[dict, dict]:

@@ -29,3 +29,9 @@ DONE = "done"
 # record's start to its last record's end; device_busy, the time at least one of its records runs (the union of
 # their intervals), for an operator whose call waits on a host round trip (an output size read back mid-call).
 TIMING_RULES = ("kernel_span", "device_busy")
+
+# What an operator's work model declares it is (catalogue/work/<op>.py TRAITS), so that code reads the trait and
+# never the operator's name: attention, its calls' shapes tell the serving phase of the step they run in (the
+# work model's `phase_of_shape`); not_serving, no LLM serving step runs it (GroupNorm: a diffusion model's VAE),
+# so a trace that holds it has no serving phases.
+OPERATOR_TRAITS = ("attention", "not_serving")

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import polars as pl
 
+from catalogue.registry import operators_with, phase_of_shape
 from ingest.step_kernels import cut_steps, step_phases
 
 # vLLM V1 gpu_worker: execute_context_<reqs>(<tokens>)_generation_<reqs>(<tokens>); the
@@ -134,33 +135,14 @@ def merged_step(op_chain, annotation: str | None = None) -> Step | None:
     return Step(first.phase, first.rule, **filled)
 
 
-# Shape rule: what an attention call's shape says about the step it runs in.
-_DECODE_OPERATORS = {"paged_attention_decode", "mla_decode_attention"}
-_ATTENTION = {"unified_attention", "attention_forward"} | _DECODE_OPERATORS
+# Shape rule: what an attention call's shape says about the step it runs in (each attention operator's work model
+# holds its own rule: catalogue/work/<op>.py phase_of_shape).
+_ATTENTION = operators_with("attention")
 
 
 def phase_from_shape(operator: str, shape: dict) -> str | None:
     """The phase an attention call's shape implies (decode ⇔ one query token per sequence), or None."""
-    if operator in _DECODE_OPERATORS:
-        return "decode"
-    if operator == "attention_forward":
-        # SDPA / flash / efficient attention: `seq_lens` are the query lengths of the batch. Only
-        # autoregressive attention is a serving phase: queries reading a longer cache (decode, chunked
-        # prefill) or a causal mask. Bidirectional attention (diffusion, vision and text encoders) is not.
-        q_lens = shape.get("seq_lens")
-        if isinstance(q_lens, list) and q_lens and all(isinstance(q, int) for q in q_lens):
-            if max(q_lens) == 1 and "kv_lens" in shape:
-                return "decode"
-            if "kv_lens" in shape or shape.get("is_causal") is True:
-                return "prefill"
-        return None
-    if operator == "unified_attention":
-        if isinstance(shape.get("seq_lens"), list) and shape["seq_lens"]:
-            return "prefill"  # a complete problem's queries are all its tokens (q_len == kv_len)
-        seqs, tokens = shape.get("num_seqs"), shape.get("num_tokens")
-        if isinstance(seqs, int) and isinstance(tokens, int) and seqs > 0:
-            return "decode" if tokens == seqs else None
-    return None
+    return phase_of_shape(operator, shape)
 
 
 def _shape_groups(events: pl.DataFrame, operators: list[str], undecided: list[int], step_of: list[int]) -> dict:
@@ -243,7 +225,7 @@ def _timeline_steps(events: pl.DataFrame, members: list[int], operators: list[st
 _NOT_SERVING_NAME = re.compile(r"Backward\d*$|_backward$|^autograd::engine::|^Optimizer\.(step|zero_grad)\b"
                                r"|^[^()]+\((B|W|BW)\)$|^(?i:backward|bwd)(?![a-z])"  # a pipeline schedule's backward chunks
                                r"|(?i:diffusion|denois|(?<![a-z])unet|(?<![a-z])vae(?![a-z])|autoencoder)")
-_NOT_SERVING_OPERATORS = frozenset({"group_norm"})
+_NOT_SERVING_OPERATORS = operators_with("not_serving")
 
 
 @lru_cache(maxsize=65536)

@@ -2,6 +2,7 @@
 
 from catalogue.work._common import Smoke
 
+TRAITS = frozenset({"attention"})
 INIT_KEYS = ()
 INPUT_KEYS = ("num_heads", "head_dim", "seq_lens")
 PATH = "bf16_tensor"
@@ -10,6 +11,20 @@ INPLACE: dict[str, str] = {}
 TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
 SMOKE = (Smoke({}, {"num_heads": 2, "head_dim": 32, "seq_lens": [5, 9]}),
          Smoke({}, {"num_heads": 4, "head_dim": 72, "seq_lens": [1]}))
+
+
+
+def phase_of_shape(shape: dict) -> str | None:
+    """SDPA / flash / efficient attention: `seq_lens` are the query lengths of the batch. Only autoregressive
+    attention is a serving phase: queries reading a longer cache (decode, chunked prefill) or a causal mask.
+    Bidirectional attention (diffusion, vision and text encoders) is not."""
+    q_lens = shape.get("seq_lens")
+    if isinstance(q_lens, list) and q_lens and all(isinstance(q, int) for q in q_lens):
+        if max(q_lens) == 1 and "kv_lens" in shape:
+            return "decode"
+        if "kv_lens" in shape or shape.get("is_causal") is True:
+            return "prefill"
+    return None
 
 
 def flops(*, num_heads, head_dim, seq_lens, **_):

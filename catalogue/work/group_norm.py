@@ -6,6 +6,7 @@ from math import prod
 
 from catalogue.work._common import Smoke, elt
 
+TRAITS = frozenset({"not_serving"})
 INIT_KEYS = ("num_groups",)
 INPUT_KEYS = ("shape", "dtype")
 PATH = "fp32_vector"

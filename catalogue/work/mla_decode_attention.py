@@ -3,6 +3,7 @@
 
 from catalogue.work._common import Smoke
 
+TRAITS = frozenset({"attention"})
 INIT_KEYS = ("nhead", "kv_lora_rank", "qk_rope_head_dim")
 INPUT_KEYS = ("batch_size", "ctx_len", "nhead", "kv_lora_rank", "qk_rope_head_dim")
 PATH = "bf16_tensor"
@@ -11,6 +12,12 @@ INPLACE: dict[str, str] = {}
 TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
 SMOKE = (Smoke({"nhead": 4, "kv_lora_rank": 64, "qk_rope_head_dim": 16},
                {"batch_size": 2, "ctx_len": 10, "nhead": 4, "kv_lora_rank": 64, "qk_rope_head_dim": 16}),)
+
+
+
+def phase_of_shape(shape: dict) -> str | None:
+    """Decode: one query token per sequence, whatever the shape."""
+    return "decode"
 
 
 def flops(*, batch_size, ctx_len, nhead, kv_lora_rank, qk_rope_head_dim, **_):

@@ -3,6 +3,7 @@
 
 from catalogue.work._common import Smoke, TENSOR_PATH, cdiv, elt
 
+TRAITS = frozenset({"attention"})
 INIT_KEYS = ()
 INPUT_KEYS = ("num_seqs", "ctx_len", "num_query_heads", "num_kv_heads", "head_size", "block_size", "dtype")
 OUTPUTS = ("out",)
@@ -12,6 +13,12 @@ SMOKE = (Smoke({}, {"num_seqs": 3, "ctx_len": 20, "num_query_heads": 4, "num_kv_
                     "block_size": 8, "dtype": "bf16"}),
          Smoke({}, {"num_seqs": 2, "ctx_len": 9, "num_query_heads": 2, "num_kv_heads": 2, "head_size": 64,
                     "block_size": 16, "dtype": "fp16"}))
+
+
+
+def phase_of_shape(shape: dict) -> str | None:
+    """Decode: one query token per sequence, whatever the shape."""
+    return "decode"
 
 
 def path(*, dtype="bf16", **_):

@@ -3,6 +3,7 @@
 
 from catalogue.work._common import Smoke, cdiv
 
+TRAITS = frozenset({"attention"})
 INIT_KEYS = ()
 INPUT_KEYS = ("num_seqs", "seq_lens", "num_query_heads", "num_kv_heads", "head_size", "block_size")
 PATH = "bf16_tensor"
@@ -13,6 +14,18 @@ SMOKE = (Smoke({}, {"num_seqs": 2, "seq_lens": [5, 20], "num_query_heads": 4, "n
                     "head_size": 32, "block_size": 8}),
          Smoke({}, {"num_seqs": 1, "seq_lens": [3], "num_query_heads": 2, "num_kv_heads": 1,
                     "head_size": 64, "block_size": 16}))
+
+
+
+def phase_of_shape(shape: dict) -> str | None:
+    """Prefill for a complete problem (its queries are all its tokens, q_len == kv_len); for a call that names
+    only its counts, decode when there is one token per sequence."""
+    if isinstance(shape.get("seq_lens"), list) and shape["seq_lens"]:
+        return "prefill"
+    seqs, tokens = shape.get("num_seqs"), shape.get("num_tokens")
+    if isinstance(seqs, int) and isinstance(tokens, int) and seqs > 0:
+        return "decode" if tokens == seqs else None
+    return None
 
 
 def _q_lens(seq_lens, query_lens):
