@@ -14,9 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from statistics import median
 
+from catalogue.registry import operators_with
+
 DEFAULT_PATH = Path(__file__).with_name("step_kernels.yaml")
 SAMPLING = "topk_filter"  # the operator of a step's sampling rows (ingest/taxonomy.yaml)
-ATTENTION = frozenset({"unified_attention", "attention_forward", "paged_attention_decode", "mla_decode_attention"})
+ATTENTION = operators_with("attention")  # the work models declare it (catalogue/work/<op>.py TRAITS)
 # Beside a prefill kernel, a decode kernel whose mean launch is under this share of its mean launch on the
 # trace's decode-only steps ran idle (vLLM launches it every step): the step is prefill, else mixed.
 IDLE_DECODE_SHARE = 0.25
