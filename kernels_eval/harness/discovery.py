@@ -19,7 +19,7 @@ import textwrap
 
 from kernels_eval.harness.kernel_source import SAFE_BUILTINS, allowed_module
 from kernels_eval.harness.protocol import (LAUNCH_OPTIONS, Alloc, Copy, Fill, KernelArg, KernelSource, Launch,
-                                           LaunchProgram, TensorView)
+                                           LaunchProgram, Read, TensorView)
 
 ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
                        "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
@@ -99,6 +99,9 @@ class Recorder:
             return
         if name in HOST_READ_OPS:
             self.host_reads += 1
+            view = self._view(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+            if view is not None:  # the replay makes the same round trip (a data-dependent size's cost)
+                self.steps.append(Read(src=view))
             return
         if name in ALLOC_OPS and isinstance(out, torch.Tensor):
             self._alloc(out)

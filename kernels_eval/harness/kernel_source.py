@@ -115,14 +115,16 @@ def build(kernels: tuple[KernelSource, ...] | list[KernelSource]) -> dict:
             raise KernelRefused(f"kernel {name} is called but was not recorded")
         visiting.add(name)
         validate(kernel)
-        namespace: dict = {"__builtins__": {n: getattr(builtins, n) for n in SAFE_BUILTINS}}
+        digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
+        # __name__ becomes the function's __module__, which Triton's code generator reads for calls between kernels
+        namespace: dict = {"__builtins__": {n: getattr(builtins, n) for n in SAFE_BUILTINS},
+                           "__name__": f"hotshape_replayed_{digest}"}
         for alias, module in kernel.aliases.items():
             namespace[alias] = importlib.import_module(module)
         for const, value in kernel.constants.items():
             namespace[const] = constant_value(value)
         for alias, callee in kernel.calls.items():
             namespace[alias] = make(callee)
-        digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
         filename = f"<replayed kernel {name} {digest}>"
         lines = kernel.source.splitlines(keepends=True)
         linecache.cache[filename] = (len(kernel.source), None, lines, filename)  # for triton.jit's getsource

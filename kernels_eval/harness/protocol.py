@@ -80,6 +80,13 @@ class Copy:
 
 
 @dataclass(frozen=True, slots=True)
+class Read:
+    """A device-to-host read of one value (`.item()`): the host round trip a data-dependent size needs."""
+
+    src: TensorView
+
+
+@dataclass(frozen=True, slots=True)
 class Launch:
     """One @triton.jit launch: the kernel (by name in LaunchProgram.kernels), its grid and its arguments."""
 
@@ -108,7 +115,7 @@ class LaunchProgram:
     values (`.item()`): a program with them may depend on the data."""
 
     kernels: tuple[KernelSource, ...]
-    steps: tuple[Union[Alloc, Fill, Copy, Launch], ...]
+    steps: tuple[Union[Alloc, Fill, Copy, Read, Launch], ...]
     outputs: dict[str, TensorView]
     refused: tuple[str, ...] = ()
     host_reads: int = 0
@@ -121,8 +128,8 @@ class LaunchProgram:
         return encode(self)
 
 
-STEP_KINDS = {"alloc": Alloc, "fill": Fill, "copy": Copy, "launch": Launch}
-KINDS = {cls.__name__: cls for cls in (TensorView, KernelArg, Alloc, Fill, Copy, Launch, KernelSource, LaunchProgram)}
+KINDS = {cls.__name__: cls for cls in (TensorView, KernelArg, Alloc, Fill, Copy, Read, Launch, KernelSource,
+                                       LaunchProgram)}
 
 
 def encode(obj: Any) -> Any:
@@ -206,6 +213,9 @@ def _step(data: Any, where: str):
     if kind == "Copy":
         d = _record(data, Copy, where)
         return Copy(dst=_view(d.get("dst"), f"{where}.dst"), src=_view(d.get("src"), f"{where}.src"))
+    if kind == "Read":
+        d = _record(data, Read, where)
+        return Read(src=_view(d.get("src"), f"{where}.src"))
     if kind == "Launch":
         d = _record(data, Launch, where)
         grid, args, options = d.get("grid"), d.get("args"), d.get("options", {})

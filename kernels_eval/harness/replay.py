@@ -20,8 +20,9 @@ import time
 
 from kernels_eval.harness import channel
 from kernels_eval.harness.kernel_source import KernelRefused, build, constant_value
-from kernels_eval.harness.protocol import (Alloc, Copy, Fill, Launch, LaunchProgram, ProtocolError, ReplayRequest,
-                                           ReplayResult, TensorView, decode_program, decode_request, encode)
+from kernels_eval.harness.protocol import (Alloc, Copy, Fill, Launch, LaunchProgram, ProtocolError, Read,
+                                           ReplayRequest, ReplayResult, TensorView, decode_program, decode_request,
+                                           encode)
 
 POISON_BYTE = 0xFF
 
@@ -98,6 +99,8 @@ def run_steps(program: LaunchProgram, kernels: dict, bases: dict, torch, device:
             materialize(step.target, bases, torch, device).fill_(step.value)
         elif isinstance(step, Copy):
             materialize(step.dst, bases, torch, device).copy_(materialize(step.src, bases, torch, device))
+        elif isinstance(step, Read):
+            materialize(step.src, bases, torch, device).reshape(-1)[:1].item()
         elif isinstance(step, Launch):
             if 0 in step.grid:
                 continue

@@ -124,6 +124,14 @@ def test_plan_refuses_a_data_dependent_program_unless_the_contract_needs_one():
     assert reason is None and [seeds for _, seeds in pairs] == [[2], [3]]
 
 
+def test_plan_replays_a_data_dependent_program_on_its_own_inputs_even_when_two_recordings_agree():
+    # seen on H200: moe_align_block_size's largest problem padded to the same total on two input sets, and its
+    # program replayed on fresh inputs gave outputs of another length
+    same = encode(_program())
+    pairs, reason = plan([Recorded(same, 1), Recorded(same, 2), Recorded(same, 3)], data_dependent_size=True)
+    assert reason is None and [seeds for _, seeds in pairs] == [[2], [3]]
+
+
 def test_plan_refuses_an_unreplayable_or_kernel_less_program():
     refused = encode(_program(refused=("aten::mul computes outside the submission's kernels",)))
     assert "aten::mul" in plan([Recorded(refused, 1)], False)[1]
