@@ -110,6 +110,7 @@ def test_fleet_weights_sum_to_one_passes_then_fails_on_scaled_weights(materializ
 
 def test_weights_that_do_not_sum_to_one_stop_the_refresh_before_the_release(materialized_on_sqlite, materialized_copy,
                                                                             monkeypatch):
+    import flow.build
     import weighting.selection
     from pipelines.commands import REFRESH
     from release.bundle import read_release
@@ -121,6 +122,7 @@ def test_weights_that_do_not_sum_to_one_stop_the_refresh_before_the_release(mate
         return selected.with_columns(pl.col("weight") * 0.99), coverage
 
     monkeypatch.setattr(weighting.selection, "select_hot", off_by_a_bit)
+    monkeypatch.setattr(flow.build, "select_hot", off_by_a_bit)  # imported at flow/build.py's head
     _, _, inst = materialized_on_sqlite  # the instance that knows which trace partitions passed their checks
     result = dg.materialize(ASSETS + CHECKS, selection=REFRESH, instance=inst, run_config=QUIET,
                             resources={"store": materialized_copy}, raise_on_error=False)
