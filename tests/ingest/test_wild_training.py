@@ -106,8 +106,9 @@ def test_copies_are_copies_whatever_op_ran_them(dualpipe):
     assert copies.height and set(copies["operator"]) == {"memcpy"} and set(copies["shape"]) == {"{}"}
 
 
-# Kernel names as vLLM's ROCm skinny GEMMs and custom all-reduce, and aten's casts, spell them (no public
-# trace here runs the former two).
+# Kernel names as vLLM's ROCm skinny GEMMs and custom all-reduce, DeepEP's intranode / low-latency kernels,
+# Transformer Engine's userbuffers, TRT-LLM's MoE all-to-all and aten's casts spell them (no public trace here
+# runs most of them; the DualPipe fixture above runs DeepEP's internode ones).
 @pytest.mark.parametrize("kernel,chain,operator", [
     ("void wvSplitK_hf_sml_<__hip_bfloat16, 64, 2, 16, 8, 2, 1>(int, int, int, __hip_bfloat16 const*)", (), "gemm"),
     ("void wvSplitKQ_hf_<__hip_fp8_e4m3, 64, 2, 16, 8, 2, 1>(int, int, int, float const*)", (), "gemm"),
@@ -117,6 +118,8 @@ def test_copies_are_copies_whatever_op_ran_them(dualpipe):
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", ("autograd::engine::evaluate_function: SendBackward",), "communication"),
     ("void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int)", (), "communication"),
     ("void deep_ep::internode_ll::combine<8, 7168>(void*, int const*)", ("aten::linear",), "communication"),
+    ("void userbuffers_fp16_sum_inplace_gpu_rr_rs<8>(int, int, int, int, int, void**)", (), "communication"),
+    ("void tensorrt_llm::kernels::moe_comm::moeA2ADispatchKernel<8>(x)", ("trtllm::moe_a2a_dispatch",), "communication"),
     (("void at::native::vectorized_elementwise_kernel<4, at::native::float16_copy_kernel_cuda(at::TensorIteratorBase&)"
       "::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::float16_copy_kernel_cuda)"),
      ("aten::linear", "aten::to", "aten::_to_copy", "aten::copy_"), "memcpy"),
