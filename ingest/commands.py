@@ -15,6 +15,9 @@ from ingest.discovery import discover
 from ingest.limits import limits
 from ingest.tracefile import is_url
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 def _progress(items, total=None):
     total = len(items) if total is None else total
     if total > 1 and sys.stderr.isatty():

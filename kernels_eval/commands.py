@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so each
+# command loads only what it runs.
+
 
 def run_capture(args: argparse.Namespace) -> int:
     """Profile a model architecture with random weights into a Kineto trace."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kernels_eval.report import STYLE
 from kernels_eval.results_verify import ROW_KEY, check_results
 from kernels_eval.score_display import NOT_MEASURED, fmt
 from kernels_eval.scoring import score
@@ -73,8 +74,6 @@ def leaderboard_lines(entries: list[dict]) -> list[str]:
 
 def leaderboard_html(entries: list[dict], title: str) -> str:
     """The ranking and the S_op matrix as one offline HTML page."""
-    from kernels_eval.report import STYLE
-
     def row(cells, tag="td"):
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ingest.taxonomy import load_taxonomy
+from release.bundle import ReleaseError
 
 # A problem is admitted with at least this share of its GPU time in kernels whose role fits its operator.
 # "Almost all": a GEMM's own workspace memset or a stray fill of an attention op is allowed, a cast is not.
@@ -63,8 +64,6 @@ def own_work(selected: pl.DataFrame, by_kernel: pl.DataFrame | pl.LazyFrame, tax
 
 def refuse(refused: list[Refusal], source) -> None:
     """Raise ReleaseError naming the refused problems (the first three, and how many in all), if any."""
-    from release.bundle import ReleaseError
-
     if refused:
         more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
         raise ReleaseError(f"{source}: {len(refused)} selected problem(s) are not their operator's work: "

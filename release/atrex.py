@@ -22,7 +22,9 @@ from catalogue.vocabulary import PHASES
 from release import ids
 from release.roofline import (has_our_roofline, load_hardware_or_none, published_roofline, roofline_frame,
                               roofline_rows)
-from release.bundle import MANIFEST_FILE, SEALED_FILES, table_file, weights_file, write_bundle
+from release.bundle import MANIFEST_FILE, SEALED_FILES, read_release, table_file, weights_file, write_bundle
+from release.card import card_files
+from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
 
 SOURCE = "atrex-bench"
 IMPORTANCE = "operator_importance.json"
@@ -162,9 +164,6 @@ def atrex_tables(data: dict, key: bytes, hardware: dict | None = None) -> dict[s
 def import_atrex(path: str | Path, out: str | Path, *, name: str = SOURCE, key: bytes | str | None = None,
                  created: str | None = None, hardware: dict | None = None) -> dict:
     """Import an Atrex-Bench data folder as a release at `out`; a summary of what was written."""
-    from release.card import card_files
-    from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
-
     data = read_atrex(path)
     # Derived from the parsed content (not file bytes) so that import → export → import keeps ids.
     key, key_source = ids.resolve_key(key, derive_from=(ids.canonical_json(data).encode(),))
@@ -227,8 +226,6 @@ def export_atrex(release: str | Path, out: str | Path, weights_version: int | No
     lossless); problems built from traces get our kwargs, dtypes and roofline. Importance scores
     are the published ones unless `weights_version` is given, then W_op of that version.
     """
-    from release.bundle import read_release
-
     rel = read_release(release)
     weights = rel.weights(weights_version)
     prov = rel.sealed("provenance")

@@ -108,7 +108,7 @@ def write_bundle(out: str | Path, files: dict[str, bytes], info: dict, replace: 
     typed_info(info, out / RELEASE_JSON)  # what is written is what every reader will accept
     signer = None
     if signing_key is not None:
-        from release.signing import load_signing_key
+        from release.signing import load_signing_key  # lazy: it needs cryptography, which the GPU machine lacks
 
         signer = load_signing_key(signing_key)
     with release_lock(out, wait_s):

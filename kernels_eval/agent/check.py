@@ -9,13 +9,13 @@ import tempfile
 from pathlib import Path
 
 from catalogue import registry
+from kernels_eval.harness.release_view import ReleaseView
+from kernels_eval.harness.runner import EvalConfig, evaluate
 
 
 def smoke_release(operator: str, device: str, where: Path):
     """A release view whose problems are the operator's registry smoke shapes (on CPU one problem stands for
     them all, as the evaluator runs every smoke shape for it; on GPU one problem per shape)."""
-    from kernels_eval.harness.release_view import ReleaseView
-
     smoke = registry.spec(operator).smoke
     shapes = smoke[:1] if device == "cpu" else smoke
     problems = [{"problem_id": f"smoke-{i}", "operator": operator,
@@ -29,8 +29,6 @@ def check_file(file: str | Path, operator: str, device: str = "cpu", sandbox: bo
                call_timeout_s: float = 120.0) -> list[dict]:
     """The evaluator's verdict on each smoke problem of `operator` for candidate `file` (a verdict dict with
     the problem id added), evaluated as `hotshape eval` would: in a sandboxed worker, fresh inputs per set."""
-    from kernels_eval.harness.runner import EvalConfig, evaluate
-
     if not registry.is_benchmarkable(operator):
         raise KeyError(f"unknown operator {operator!r}")
     file = Path(file)

@@ -11,6 +11,9 @@ from pathlib import Path
 from kernels_eval.agent import ncu as ncu_mod
 from kernels_eval.agent.ncu import KernelProfile
 from kernels_eval.agent.records import Struct, as_builtins, field
+from kernels_eval.harness.release_view import read_release_view
+from kernels_eval.harness.runner import evaluate
+from kernels_eval.harness.submission import jit_function_names, operator_files
 from kernels_eval.harness.verdict import Verdict
 
 MISMATCH = re.compile(r"^(?P<where>input set \d+, \{.*?\}): (?P<detail>.*)$", re.DOTALL)
@@ -117,8 +120,6 @@ def public_weights(release_path: str | Path, version: int | None = None) -> dict
 
 def evaluate_with_verdicts(submission: str | Path, release, config, ops=None, problems=None):
     """(rows, {problem_id: verdict}) of one evaluation of the submission (not recorded in any results file)."""
-    from kernels_eval.harness.runner import evaluate
-
     verdicts: dict[str, Verdict] = {}
     rows = evaluate(submission, release, config=config, ops=ops, problems=problems,
                     progress=lambda p, v: verdicts.__setitem__(p.problem_id, v))
@@ -129,9 +130,6 @@ def submission_feedback(submission: str | Path, release, config, *, ops=None, pr
                         maintainer: bool = False) -> list[ProblemFeedback]:
     """Feedback records of a submission on a release's problems (one evaluation; `ncu` adds one profiled
     run per problem where Nsight Compute is installed and the device is a GPU)."""
-    from kernels_eval.harness.release_view import read_release_view
-    from kernels_eval.harness.submission import jit_function_names, operator_files
-
     if not hasattr(release, "problems"):
         release = read_release_view(release)
     files = operator_files(submission)

@@ -17,9 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels_eval.agent import ncu
 from kernels_eval.agent.audit import AuditTrail
 from kernels_eval.agent.feedback import ProblemFeedback, evaluate_with_verdicts, problem_feedback, public_weights
 from kernels_eval.agent.records import Struct, as_builtins
+from kernels_eval.harness.release_view import read_release_view
+from kernels_eval.harness.submission import jit_function_names
 
 CPU_REASON = ("performance is not measured on CPU (Triton interpreter on smoke shapes): nothing can be "
               "accepted there; the loop ran and recorded every candidate")
@@ -89,8 +92,6 @@ def s_op(rows: list[dict]) -> float | None:
 def judge(source: str, operator: str, release, config, weights: dict[str, float], scratch: Path,
           problems: list[str] | None = None) -> Judgement:
     """The evaluator's verdicts on `source` as the operator's file, in a fresh submission directory."""
-    from kernels_eval.harness.submission import jit_function_names
-
     sub = Path(tempfile.mkdtemp(prefix="candidate-", dir=scratch))
     path = sub / f"{operator}.py"
     path.write_text(source)
@@ -166,8 +167,6 @@ def _problem_rows(i: int, j: Judgement, weights: dict[str, float]) -> list[dict]
 
 def _profile(j: Judgement, operator: str, file: Path, release, say) -> None:
     """Attach Nsight Compute's per-kernel profile of `file` on the heaviest problem to that problem's feedback."""
-    from kernels_eval.agent import ncu
-
     heaviest = max(j.feedback, key=lambda f: f.weight or 0.0, default=None)
     if heaviest is None:
         return
@@ -188,8 +187,6 @@ def optimize(operator: str, release, start: str | Path, proposer, config, out: s
     `stop_at` (time.monotonic()) ends the loop early when another `stop_margin_evals` evaluations of the last
     one's length would pass it. `ncu` profiles each accepted file on its heaviest problem (GPU) so that its
     feedback carries each kernel's bound."""
-    from kernels_eval.harness.release_view import read_release_view
-
     if not hasattr(release, "problems"):
         release = read_release_view(release)
     out = Path(out)
