@@ -96,7 +96,13 @@ SLOW_TESTS = {
     "tests/ingest/test_kineto.py": {"test_op_chain_matches_brute_force",
                                     "test_names_are_decoded_only_where_rows_need_them"},
     "tests/ingest/test_kineto_split.py": {"test_a_trace_laid_out_otherwise_is_read_whole",
-                                          "test_real_traces_read_on_two_cores_or_whole_give_the_whole_reading"},
+                                          "test_real_traces_read_on_two_cores_or_whole_give_the_whole_reading",
+                                          "test_absolute_timestamps_without_a_base_time_are_read_whole_and_exactly",
+                                          "test_a_malformed_gpu_event_gets_the_whole_readings_error"},
+    "tests/ingest/test_unannotated_phases.py": {"test_unannotated_split_within_3_points"},
+    "tests/kernels_eval/test_autotune_protocol.py": {
+        "test_a_pinned_configuration_runs_and_the_call_reports_what_its_autotuner_would_consider"},
+    "tests/kernels_eval/test_flashinfer_export.py": {"test_definitions_and_workloads_follow_the_schema"},
 }
 
 
@@ -113,10 +119,7 @@ def stale_slow_names(root: Path = REPO) -> list[str]:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests SLOW_FILES and SLOW_TESTS name slow; a stale name stops the run."""
-    stale = stale_slow_names()
-    if stale:
-        raise pytest.UsageError(f"tests/conftest.py names slow tests that are not there: {', '.join(stale)}")
+    """Mark the tests SLOW_FILES and SLOW_TESTS name slow (tests/docs/test_slow_split.py fails on a stale name)."""
     for item in items:
         where = item.path.resolve().relative_to(REPO).as_posix()
         if where in SLOW_FILES or getattr(item, "originalname", item.name) in SLOW_TESTS.get(where, ()):
