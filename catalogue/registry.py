@@ -76,12 +76,16 @@ def operators_with(trait: str) -> frozenset[str]:
     return frozenset(name for name in OPERATORS + MODELLED_OPERATORS if trait in traits(name))
 
 
+@lru_cache(maxsize=None)
+def _phase_rules() -> dict:
+    return {name: load_work(name).phase_of_shape for name in operators_with("attention")}
+
+
 def phase_of_shape(operator: str, shape: dict) -> str | None:
     """The serving phase an attention call's shape implies (its work model's rule); None for any other operator
     or a shape that says nothing."""
-    if operator not in operators_with("attention"):
-        return None
-    return load_work(operator).phase_of_shape(shape)
+    rule = _phase_rules().get(operator)  # called once per attention row of a trace: one dict lookup
+    return None if rule is None else rule(shape)
 
 
 def split_kwargs(operator: str, kwargs: dict) -> tuple[dict, dict]:
