@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from kernels_eval.harness.shard import host_gpus
+from kernels_eval.harness import shard
 from pipelines.defs.jobs import evaluate_job, ingest_job, rescore_job
 from pipelines.defs.kernels_eval import GPU_POOL
 from pipelines.defs.release import release_bundle
@@ -56,7 +56,7 @@ def new_submission_sensor(context: dg.SensorEvaluationContext, store: HotshapeSt
 
 def size_gpu_pool(instance: dg.DagsterInstance, device: str) -> int:
     """The host's GPUs on cuda (0 on cpu), after setting the `gpu` pool's slots to that count where it differs."""
-    gpus = host_gpus() if device == "cuda" else 0
+    gpus = shard.host_gpus() if device == "cuda" else 0
     slots = max(gpus, 1)
     storage = instance.event_log_storage
     if storage.get_concurrency_info(GPU_POOL).slot_count != slots:
