@@ -52,6 +52,7 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     (runner.evaluate): their rows come to this one journal, signed here, outside every sandbox; `lanes` judges
     that many operators at once per device, timed calls alone on it (harness/gate.py)."""
     from kernels_eval.harness.runner import evaluate, file_sha256, new_run_id, release_identity
+    from kernels_eval.harness.sanitize import row as clean_row
     from kernels_eval.harness.submission import operator_files
     from kernels_eval.results_key import host_key, row_verifies, sign_row
     from kernels_eval.results_schema import next_run
@@ -81,7 +82,8 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
     if on_start is not None:
         on_start(resumed)
     def record(row: dict) -> dict:
-        stored = journal.append(sign_row(row, key))
+        # cleaned before it is signed: a row must encode whatever the candidate's process sent (harness/sanitize.py)
+        stored = journal.append(sign_row(clean_row({**row, "run_sealed": True}), key))
         if progress is not None:  # from the sink, which hears every row (a missing file's too), as it is kept
             progress(row)
         return stored
@@ -90,8 +92,8 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
              run_id=journal.header["run_id"], devices=devices, lanes=lanes)
     rows = list(journal.rows.values())
     try:
-        merge_rows(rows, out, skip_present=True)
-    except OSError as exc:
+        merge_rows(rows, out, skip_present=True, key=key)
+    except (OSError, ValueError) as exc:  # ValueError: a row the schema refused; the journal still holds it
         raise ResultsWriteError(f"{exc}; the run's {len(rows)} rows are kept in {journal.path}: free the space and "
                         f"rerun with --resume to write them") from exc
     journal.remove()
@@ -148,8 +150,16 @@ def run_eval(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"hotshape eval: {problem}", file=sys.stderr)
             return 2
+    from kernels_eval.harness.limits import CgroupRequired, memory_accounting
+
+    try:  # before any problem is judged, like the sandbox's check
+        memory_accounting(require_cgroup=not args.no_memory_cgroup)
+    except CgroupRequired as exc:
+        print(f"hotshape eval: {exc}", file=sys.stderr)
+        return 2
     config = EvalConfig(device=device, sets=args.sets, call_timeout_s=args.timeout_s,
                         memory_gb=args.memory_gb, hardware=hardware, sandbox=not args.no_sandbox,
+                        memory_cgroup=not args.no_memory_cgroup,
                         max_processes=args.max_processes, keep_logs=Path(args.logs) if args.logs else None)
     if args.timing_budget_s is not None:
         config.timing_budget_s = args.timing_budget_s
@@ -274,6 +284,13 @@ def run_score(args: argparse.Namespace) -> int:
         notes.append(f"{checked.earlier_version} rows were made before the release's last refresh (same problems)")
     if checked.unsandboxed:
         notes.append(f"{checked.unsandboxed} rows ran unsandboxed")
+    if checked.broken_seal:
+        notes.append(f"{checked.broken_seal} of {checked.total} rows excluded: their run's seal fails (rows deleted "
+                     "or added)")
+    if checked.below_roofline:
+        notes.append(f"{checked.below_roofline} of {checked.total} rows excluded: timed below their roofline")
+    if checked.unsealed:
+        notes.append(f"{checked.unsealed} rows are of runs made before sealing (a deleted row there goes unseen)")
     if args.report:
         from kernels_eval.report import write_score_report
         from kernels_eval.scoring import problem_scores, with_release_roofline
@@ -284,6 +301,8 @@ def run_score(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"scores": scores, "rows": checked.total, "excluded_unverified": checked.unverified,
                           "excluded_other_release": checked.other_release, "unsandboxed": checked.unsandboxed,
+                          "excluded_broken_seal": checked.broken_seal,
+                          "excluded_below_roofline": checked.below_roofline, "unsealed": checked.unsealed,
                           "earlier_version": checked.earlier_version}))
         return 0
     for note in notes:
@@ -375,6 +394,9 @@ def register(subparsers) -> None:
                    help="host memory limit of a worker and its children (default: half the machine's memory, "
                         "at most all but 4 GiB)")
     e.add_argument("--max-processes", type=int, default=64, help="processes a worker may run at once")
+    e.add_argument("--no-memory-cgroup", action="store_true",
+                   help="where no cgroup can be made, count a worker's memory as its processes' RSS plus the memfd/shm "
+                        "files they hold (rows say memory_accounting = process) instead of refusing to run")
     e.add_argument("--no-sandbox", action="store_true",
                    help="run candidates without bubblewrap (results are marked unsandboxed)")
     e.add_argument("--timing-budget-s", type=float, default=None, help="timed seconds per problem")

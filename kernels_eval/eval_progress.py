@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from kernels_eval.harness.sanitize import terminal
+
 
 def shape_text(kwargs: dict, chars: int = 60) -> str:
     """The problem's input kwargs as `k=v k=v`, cut to `chars`."""
@@ -43,11 +45,11 @@ class EvalProgress:
         shape = shape_text(self.shapes.get(row["problem_id"], {}))
         tally = f"done {self.done} failed {self.failed}"
         if self.bar is not None:
-            self.bar.set_description_str(f"{row['operator']} {shape}", refresh=False)
+            self.bar.set_description_str(f"{terminal(row['operator'], 80)} {shape}", refresh=False)
             self.bar.set_postfix_str(tally, refresh=False)
             self.bar.update(1)
             return
-        error = "" if ok else " " + " ".join(str(row.get("error") or "").split())[:100]
+        error = "" if ok else " " + terminal(row.get("error") or "", 100)
         print(f"{row['problem_id']} {self.n}/{self.total} {row['operator']} {shape} {row['stage']} "
               f"({tally}, eta {self.eta()}){error}", file=self.stream, flush=True)
 

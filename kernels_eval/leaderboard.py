@@ -20,9 +20,10 @@ def verified_rows(paths: list[str | Path], release, exclude_unverified: bool = F
     frames, notes = [], []
     for path in paths:
         checked = check_results(path, release, exclude_unverified=exclude_unverified)
-        left_out = checked.unverified + checked.other_release
+        left_out = checked.unverified + checked.other_release + checked.broken_seal + checked.below_roofline
         if left_out:
-            notes.append(f"{path}: {left_out} of {checked.total} rows excluded (signature or release not verified)")
+            notes.append(f"{path}: {left_out} of {checked.total} rows excluded (signature, run seal, release or "
+                         "roofline not verified)")
         if checked.rows.height:
             frames.append(checked.rows)
     if not frames:

@@ -53,6 +53,8 @@ RESULTS = pa.schema([
     ("key_id", pa.string()),
     ("signature", pa.string()),
     ("device_index", pa.int32()),
+    ("run_sealed", pa.bool_()),
+    ("memory_accounting", pa.string()),
 ])
 # Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
 # it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
@@ -66,6 +68,8 @@ RESULTS = pa.schema([
 # device_index: the CUDA device (the evaluator's index) whose worker judged the row; null on cpu and in files
 # written before it. Rows signed before it existed hold no value there, so it is signed only where it has one
 # (results_key.canonical) and their signatures still verify.
+# run_sealed and memory_accounting came later still, signed only where set like device_index: a sealed run's rows
+# are true, and its seal (row count, digest of its rows) is in the file's schema metadata (results_seal.py).
 # Each column's description and unit, carried in the results file's field metadata (ingest.field_metadata; both
 # imports are pyarrow only, as the evaluator's machine needs); docs/tables.md lists the same.
 COLUMNS = {
@@ -106,11 +110,16 @@ COLUMNS = {
     "signature": ("HMAC-SHA256 of the row (kernels_eval/results_key.py)", ""),
     "device_index": ("CUDA device whose worker judged the row (hotshape eval --devices); null on cpu and in older "
                      "files", ""),
+    "run_sealed": ("the row's run is sealed: its row count and rows' digest are signed in the file's metadata "
+                   "(kernels_eval/results_seal.py); null in older files", ""),
+    "memory_accounting": ("how the worker's host memory was counted: cgroup (the kernel's, memfd and shm included) or "
+                          "process (summed RSS plus the memfd/shm files its processes hold; eval --no-memory-cgroup)",
+                          ""),
 }
 RESULTS = described(RESULTS, COLUMNS)
 LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature",
-                 "device_index")
-SIGNED_WHEN_SET = ("device_index",)
+                 "device_index", "run_sealed", "memory_accounting")
+SIGNED_WHEN_SET = ("device_index", "run_sealed", "memory_accounting")
 
 
 def timestamp(value) -> datetime | None:

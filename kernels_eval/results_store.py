@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kernels_eval.results_schema import read_results, results_table
+from kernels_eval.results_seal import read_seals, run_ident, sealed_document, with_seals
 
 MIN_FREE_BYTES = 4 << 20  # a run's journal and results are tens of kB; a few MB leaves room for the merge
 JOURNAL_FORMAT = "hotshape-results-journal/1"
@@ -104,25 +105,34 @@ def write_results(rows: list[dict], path: str | Path, append: bool = True) -> pa
     return merge_rows(rows, path, append=append)
 
 
-def merge_rows(rows: list[dict], path: str | Path, append: bool = True, skip_present: bool = False) -> pa.Table:
+def merge_rows(rows: list[dict], path: str | Path, append: bool = True, skip_present: bool = False,
+               key=None) -> pa.Table:
     """The results table written to `path`: its rows (when `append`) then `rows`, written to a temporary
     name unique to this writer and renamed over it under the file's lock. `skip_present` leaves out rows
     already there (same submission, hardware, run and problem), as after a merge cut before its journal
-    was removed."""
+    was removed. With `key` (the host's results key) the runs of `rows` are sealed anew over their rows in the
+    file (results_seal.py); the seals of the file's other runs are kept as they were."""
     path = Path(path)
     table = results_table(rows)
+    seals = {"runs": [], "files": {}}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ResultsWriteError(f"{path.parent}: cannot create the results directory ({_why(exc)})") from exc
     with locked(path):
         if append and path.exists():
+            seals = read_seals(path)
             old = read_results(path)
             if skip_present:
                 present = {_key(r) for r in old.select(["submission", "hardware", "run_id", "run",
                                                         "problem_id"]).to_pylist()}
                 table = results_table([r for r in rows if _key(r) not in present])
             table = pa.concat_tables([old, table])
+        if key is not None:
+            everything = table.select(["submission", "hardware", "run_id", "run", "signature"]).to_pylist()
+            seals = sealed_document(seals, everything, {run_ident(r) for r in rows}, key)
+        if seals["runs"] or seals["files"]:
+            table = with_seals(table, seals)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             pq.write_table(table, tmp, compression="zstd")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from catalogue.vocabulary import DONE, STAGES
+from kernels_eval.harness.sanitize import terminal
 
 
 @dataclass
@@ -50,11 +51,11 @@ def summary_lines(summaries: list[OperatorSummary], reason_chars: int = 160) -> 
     lines = []
     for s in summaries:
         fails = ", ".join(f"{n} at {st}" for st, n in s.failed.items())
-        line = f"{s.operator:<{name}}  {s.done:>4}/{s.problems:<4} done"
+        line = f"{terminal(s.operator, 80):<{name}}  {s.done:>4}/{s.problems:<4} done"
         if fails:
             f = s.first_failure
-            reason = " ".join(str(f["error"] or "no reason recorded").split())[:reason_chars]
-            line += f"  failed: {fails}; first {f['problem_id']} ({f['stage']}): {reason}"
+            reason = terminal(f["error"] or "no reason recorded", reason_chars)  # candidate text, made inert
+            line += f"  failed: {fails}; first {terminal(f['problem_id'], 80)} ({f['stage']}): {reason}"
         lines.append(line)
     return lines
 

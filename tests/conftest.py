@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -30,6 +31,24 @@ def results_key_dir(tmp_path_factory, monkeypatch) -> Path:
     path = tmp_path_factory.getbasetemp() / "results-key"
     monkeypatch.setenv("HOTSHAPE_KEY_DIR", str(path))
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_here() -> bool:
+    from kernels_eval.harness.limits import cgroup_available
+
+    return cgroup_available()
+
+
+@pytest.fixture(autouse=True)
+def memory_accounting_here(monkeypatch) -> str:
+    """The evaluator's memory accounting on this machine: a cgroup where one can be made (what `hotshape eval`
+    requires), else the opt-out (HOTSHAPE_MEMORY_CGROUP=optional: RSS plus held memfd/shm), so the evaluator's
+    tests run on a CI runner that cannot delegate cgroups; tests of the refusal itself set it back."""
+    if _cgroup_here():
+        return "cgroup"
+    monkeypatch.setenv("HOTSHAPE_MEMORY_CGROUP", "optional")
+    return "process"
 
 
 @pytest.fixture(scope="session")

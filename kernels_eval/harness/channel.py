@@ -12,7 +12,6 @@ import json
 import math
 import mmap
 import os
-import stat
 import struct
 import threading
 
@@ -34,10 +33,16 @@ def send(fd: int, message: dict) -> None:
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int) -> bytes:
+def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
     chunks, left = [], n
     while left:
-        chunk = os.read(fd, left)
+        if deadline is not None:
+            import select
+            import time
+
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise TimeoutError("the reply did not arrive whole before the deadline")
+        chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
             raise EOFError("worker closed its result pipe")
         chunks.append(chunk)
@@ -45,12 +50,13 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv(fd: int) -> dict:
-    """Read one message from a pipe (blocking); ValueError when it is not a JSON object."""
-    (n,) = struct.unpack("<Q", _read_exact(fd, 8))
+def recv(fd: int, deadline: float | None = None) -> dict:
+    """Read one message from a pipe (blocking; TimeoutError past `deadline`, a time.monotonic() value); ValueError
+    when it is not a JSON object."""
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
     if n > MAX_MESSAGE_BYTES:
         raise ValueError(f"message of {n} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
-    message = json.loads(_read_exact(fd, n))
+    message = json.loads(_read_exact(fd, n, deadline))
     if not isinstance(message, dict):
         raise ValueError("message is not a JSON object")
     return message
@@ -223,35 +229,55 @@ def _read_parallel(fd: int, view: memoryview, offset: int = 0) -> None:
         raise errors[0]
 
 
-def _import_raw(desc: dict, directory: str, staging: Staging | None):
-    """The tensor of a raw file inside `directory` whose size is exactly its dtype and shape's (moved to a CUDA
-    device through `staging`); the file is removed once read."""
+def _import_raw(desc: dict, directory, staging: Staging | None):
+    """The tensor of a raw file inside `directory` (a `safe_io.ExchangeDir` held since the parent made it, or a
+    path, opened here without following a link) whose size is exactly its dtype and shape's (moved to a CUDA
+    device through `staging`); the file is opened and removed through the directory's fd only
+    (harness/safe_io.py), so a worker that swapped a name for a link reaches nothing outside."""
     import torch
 
-    path = os.path.realpath(str(desc.get("path")))
-    if os.path.dirname(path) != os.path.realpath(directory):
-        raise ValueError(f"tensor file {path} is outside the exchange directory")
+    from kernels_eval.harness import safe_io
+
     dtype = _dtypes().get(desc.get("dtype")) if isinstance(desc.get("dtype"), str) else None
-    if dtype is None:
-        raise ValueError(f"unknown tensor dtype {desc.get('dtype')!r}")
     shape = desc.get("shape")
-    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        raise ValueError(f"bad tensor shape {shape!r}")
     device = desc.get("device")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown tensor device {device!r}")
-    nbytes = math.prod(shape) * dtype.itemsize
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    held = isinstance(directory, safe_io.ExchangeDir)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size != nbytes:
-            raise ValueError(f"tensor file of {info.st_size} bytes, not the {nbytes} of {dtype} {shape}")
-        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        if device == "cuda":
-            (staging or Staging()).fill(fd, buf)
-        else:
-            _read_parallel(fd, memoryview(buf.numpy()))
+        exchange = directory if held else safe_io.ExchangeDir(os.path.abspath(directory),
+                                                              safe_io.open_dir(os.path.abspath(directory)))
+    except OSError as exc:
+        raise ValueError(f"exchange directory {directory}: {exc}") from exc
+    try:
+        path = desc.get("path")
+        try:
+            exchange.entry(path)
+        except OSError as exc:
+            raise safe_io.RefusedFile(str(exc)) from exc
+        if dtype is None:
+            raise ValueError(f"unknown tensor dtype {desc.get('dtype')!r}")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"bad tensor shape {shape!r}")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"unknown tensor device {device!r}")
+        nbytes = math.prod(shape) * dtype.itemsize
+        try:
+            fd, name = exchange.open(path)
+        except OSError as exc:
+            why = "a symlink (it may lead outside the exchange directory)" if exc.errno == 40 else exc
+            raise safe_io.RefusedFile(f"tensor file {path}: {why}; refused") from exc
+        try:
+            info = os.fstat(fd)
+            if info.st_size != nbytes:
+                raise ValueError(f"tensor file of {info.st_size} bytes, not the {nbytes} of {dtype} {shape}")
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            if device == "cuda":
+                (staging or Staging()).fill(fd, buf)
+            else:
+                _read_parallel(fd, memoryview(buf.numpy()))
+        finally:
+            os.close(fd)
+            exchange.unlink(name)  # a regular file inside the held directory: the one thing that may be removed
     finally:
-        os.close(fd)
-        os.unlink(path)
+        if not held:
+            exchange.close()
     return buf.view(dtype).reshape(shape)

@@ -1,5 +1,7 @@
 """Memory and process-count limits over a worker's whole process tree: a cgroup where the evaluator may make
-one (v2, else v1 memory + pids), otherwise the tree found through /proc and its summed RSS.
+one (v2, else v1 memory + pids), otherwise (only with `eval --no-memory-cgroup`) the tree found through /proc,
+its summed RSS and the memfd / tmpfs files its processes hold open. A file the tree wrote to a tmpfs and closed
+(the scratch directory, the sandbox's private /tmp, capped at sandbox.TMP_BYTES) is counted by a cgroup only.
 
 The parent reads the usage every 0.1 s while it waits for the worker, so a reading is kept to a few small
 file reads: the cgroup's counters, or one listing of /proc plus the stat of pids not seen before.
@@ -143,8 +145,72 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
+def cgroup_available() -> bool:
+    """Whether this evaluator can make a worker's cgroup here (what `eval` requires for its memory limit unless
+    --no-memory-cgroup: only the kernel's count sees memfd and tmpfs pages no process maps)."""
+    probe = Cgroup.create(1 << 30, 1)
+    if probe is None:
+        return False
+    probe.remove()
+    return True
+
+
+class CgroupRequired(RuntimeError):
+    """No cgroup can be made here for a worker's memory limit, and the run did not opt out."""
+
+
+# HOTSHAPE_MEMORY_CGROUP=optional: the opt-out of `eval --no-memory-cgroup` for a whole host (a CI runner, a
+# container that cannot delegate cgroups); read by the evaluator only (sandbox.SECRET_ENV keeps it from workers)
+MEMORY_CGROUP_ENV = "HOTSHAPE_MEMORY_CGROUP"
+NO_CGROUP = ("no cgroup can be made here for the workers' memory limit, and without one memory held in memfd or "
+             "shared-memory files is only partly counted: run where the evaluator may create cgroups (v2 with the "
+             "memory controller delegated, or v1 memory and pids), or pass --no-memory-cgroup to count the workers' "
+             "RSS and the memfd/shm files they hold (rows say memory_accounting = process)")
+
+
+def memory_accounting(require_cgroup: bool = True) -> str:
+    """How a run's workers count host memory: "cgroup" where one can be made, else "process" when the run opted
+    out (require_cgroup False, or MEMORY_CGROUP_ENV=optional); CgroupRequired naming the way out otherwise."""
+    if cgroup_available():
+        return "cgroup"
+    if require_cgroup and os.environ.get(MEMORY_CGROUP_ENV) != "optional":
+        raise CgroupRequired(NO_CGROUP)
+    return "process"
+
+
+# Files whose pages are shared memory a process can hold without mapping them, so no RSS shows them: a memfd, a file
+# of /dev/shm, a SysV segment (the sandbox's private /tmp is capped at sandbox.TMP_BYTES). Seen: 2 GiB held in a
+# memfd passed a 1 GiB limit.
+SHARED_MEMORY_LINKS = ("/memfd:", "/dev/shm/", "/SYSV")
+
+
+def _held_shared_memory(pid: int, seen: set) -> int:
+    """Bytes of the memfd / tmpfs files process `pid` holds open, each file counted once over the tree (`seen`:
+    (device, inode) pairs counted already)."""
+    total = 0
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+            if not target.startswith(SHARED_MEMORY_LINKS):
+                continue
+            info = os.stat(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        ident = (info.st_dev, info.st_ino)
+        if ident not in seen:
+            seen.add(ident)
+            total += info.st_blocks * 512
+    return total
+
+
 class ProcessTree:
-    """The processes descended from `root`, found through ppid links in /proc, and their summed RSS."""
+    """The processes descended from `root`, found through ppid links in /proc, their summed RSS and the shared
+    memory files (memfd, tmpfs) they hold open."""
 
     def __init__(self, root: int) -> None:
         self.root = root
@@ -172,6 +238,7 @@ class ProcessTree:
         return set(self.members) if self.root in alive else set()
 
     def usage(self) -> tuple[int, int, bool]:
-        """(processes, summed RSS bytes, False: no kernel limit here) of the tree now."""
+        """(processes, summed RSS plus held memfd/tmpfs bytes, False: no kernel limit here) of the tree now."""
         pids = self.scan()
-        return len(pids), sum(_rss_bytes(p) for p in pids), False
+        seen: set = set()
+        return len(pids), sum(_rss_bytes(p) + _held_shared_memory(p, seen) for p in pids), False

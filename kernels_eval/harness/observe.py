@@ -284,17 +284,63 @@ def audit_mode_class(poison_ops: frozenset, allowed_ops: frozenset):
     return Audit
 
 
+# The parent's reading of the channel is bounded: an honest call sends each (kind, detail) once, and a worker that
+# writes forged lines straight to the pipe must not cost the evaluator more than linear time in what it kept
+# (process.MAX_OBSERVED_BYTES caps the bytes of one call; once seen 50,000 lines cost 55 s of quadratic list scans).
+MAX_RECORDS = 256  # distinct host / thread / tamper records kept per verdict; the rest are counted
+DETAIL_CHARS = 300  # the worker's own cut of a line (Channel.send)
+
+
 def parse_records(lines: list[str]) -> dict:
     """The parent's reading of one call's channel lines: {"op": {...}, "host": [...], "thread": [...],
-    "tamper": [...]}; a line in no known form is itself a tamper record."""
-    out: dict = {"op": {}, "host": [], "thread": [], "tamper": []}
+    "tamper": [...]}; a line in no known form is itself a tamper record. Every text is cleaned
+    (harness/sanitize.py) and each list holds at most MAX_RECORDS distinct entries, found with sets."""
+    from kernels_eval.harness.sanitize import clean
+
+    out: dict = {"op": {}, "host": Observed(), "thread": Observed(), "tamper": Observed()}
     for line in lines:
         kind, _, detail = line.partition("\t")
         if kind == "op" and detail:
-            out["op"][detail] = out["op"].get(detail, 0) + 1
+            if detail in out["op"] or len(out["op"]) < MAX_RECORDS:
+                out["op"][detail] = out["op"].get(detail, 0) + 1
+            else:
+                out["tamper"].add("the observation channel named over "
+                                  f"{MAX_RECORDS} distinct PyTorch ops in one call: records forged")
         elif kind in ("host", "thread", "tamper") and detail:
-            if detail not in out[kind]:
-                out[kind].append(detail)
-        else:
-            out["tamper"].append(f"unreadable observation record {line[:80]!r}")
+            out[kind].add(detail)
+        else:  # repr escapes what a terminal would act on; Observed caps how many are kept
+            out["tamper"].add(f"unreadable observation record {line[:80]!r}")
+    if len(out["op"]) and any(len(k) > DETAIL_CHARS for k in out["op"]):
+        out["op"] = {clean(k, DETAIL_CHARS, lines=False): n for k, n in out["op"].items()}
     return out
+
+
+class Observed(list):
+    """Distinct observation texts in order of arrival, at most MAX_RECORDS of them (cleaned; a set finds repeats);
+    the last entry says how many more distinct ones were dropped."""
+
+    def __init__(self, items=()) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+        self.dropped = 0
+        for item in items:
+            self.add(item)
+
+    def add(self, text: str) -> None:
+        if text in self.seen:
+            return
+        if len(self) < MAX_RECORDS:
+            from kernels_eval.harness.sanitize import clean
+
+            self.seen.add(text)
+            super().append(clean(text, DETAIL_CHARS, lines=False))
+        else:
+            self.dropped += 1  # counted, not remembered: repeats past the cap count again
+
+    def extend_unique(self, texts) -> None:
+        for text in texts:
+            self.add(text)
+
+    def summary(self) -> list[str]:
+        """The kept texts, plus one saying how many distinct ones were dropped."""
+        return list(self) + ([f"… and {self.dropped} more records"] if self.dropped else [])

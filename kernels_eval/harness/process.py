@@ -5,34 +5,35 @@ from __future__ import annotations
 import os
 import select
 import signal
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from kernels_eval.harness import channel, sandbox
+from kernels_eval.harness import channel, safe_io, sandbox
 from kernels_eval.harness.limits import Cgroup, ProcessTree, parent_pid as _parent
 
 BWRAP_PROCESSES = 2  # bwrap outside the sandbox and its pid 1 inside: not the candidate's
 
 
-def read_log(path: Path) -> bytes:
-    """A worker's log, read without following links: the log lies in the sandbox's writable directory, and a
-    candidate that swapped it for a symlink to a file outside (the results key, say) would have the evaluator
-    copy that file into its error text."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
+def read_log(path: Path, nbytes: int = safe_io.LOG_TAIL_BYTES) -> bytes:
+    """The last `nbytes` of a worker's log, read without following links or waiting on a FIFO (safe_io.read_tail):
+    the log lies in the sandbox's writable directory, and a candidate that swapped it for a symlink to a file
+    outside (the results key, say) would have the evaluator copy that file into its error text."""
+    return safe_io.read_tail(path, nbytes)
+
+
+# Observation lines buffered between two replies: an honest call sends each (kind, detail) once, a few hundred
+# lines at most; beyond this the rest of a call's lines are read and dropped, and the flood is a tamper record.
+MAX_OBSERVED_BYTES = 1 << 20
 
 
 class WorkerDied(RuntimeError):
     """The worker crashed, exited, hung past its deadline or went over a limit (it is gone)."""
+
+
+class NoMemoryCgroup(WorkerDied):
+    """A worker was to be started under a cgroup (its memory limit counting memfd and shm) and none could be made."""
 
 
 class WorkerProcess:
@@ -42,14 +43,15 @@ class WorkerProcess:
                  wait: bool = True, sandboxed: bool = True, max_processes: int = 64, scratch: Path | None = None,
                  files: tuple[Path, ...] = (), use_cgroup: bool = True, visible_device: int | None = None,
                  triton_cache: Path | None = None, keep_autotuning: bool = True,
-                 module: str = "kernels_eval.harness.worker") -> None:
+                 module: str = "kernels_eval.harness.worker", require_cgroup: bool = False) -> None:
         """Spawn the worker (in the sandbox unless sandboxed=False; `scratch` is its one writable directory,
         `files` the candidate files it may read); with wait=False return at once and let the first request
         wait for its ready line (so the next operator's worker can import torch while the current one is
         judged). `visible_device` (a CUDA index of this process) is the one GPU the worker is shown;
         `triton_cache` the candidate file's persistent compile cache (None: the run's own, in `scratch`), where
         Triton also keeps the file's autotuning (with keep_autotuning=False it reuses what was kept there and
-        keeps nothing). `module`: the program it runs (the worker, or the trusted replay, harness/replay.py)."""
+        keeps nothing). `module`: the program it runs (the worker, or the trusted replay, harness/replay.py).
+        With `require_cgroup` a worker whose cgroup cannot be made is not started (NoMemoryCgroup)."""
         bwrap = sandbox.find_bwrap() if sandboxed else None
         if sandboxed and bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.check_bwrap(None))
@@ -81,12 +83,20 @@ class WorkerProcess:
         self.memory_bytes = memory_bytes
         self.max_processes = max_processes
         self.cgroup = Cgroup.create(memory_bytes, max_processes + BWRAP_PROCESSES) if use_cgroup else None
+        if self.cgroup is None and require_cgroup:
+            for fd in (cmd_r, cmd_w, res_r, res_w, obs_r, obs_w):
+                os.close(fd)
+            raise NoMemoryCgroup("no cgroup could be made for the worker's memory limit (memfd and shared memory would "
+                                 "go uncounted); worker not started")
         if self.cgroup is not None:
             argv = self.cgroup.wrap(argv)
         try:
-            with open(log_path, "ab") as log:
+            log = safe_io.open_log(log_path)  # never through a link or FIFO an earlier worker left at that name
+            try:
                 self.proc = subprocess.Popen(argv, pass_fds=(cmd_r, res_w, obs_w), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            finally:
+                os.close(log)
         except BaseException:
             for fd in (cmd_r, cmd_w, res_r, res_w, obs_r, obs_w):
                 os.close(fd)
@@ -97,6 +107,7 @@ class WorkerProcess:
         os.close(res_w)
         os.close(obs_w)
         self.obs_r, self.observed, self.observed_closed = obs_r, b"", False
+        self.observed_dropped = 0  # bytes of observation lines past MAX_OBSERVED_BYTES since the last reply
         self.tree = ProcessTree(self.proc.pid)
         self.cmd_w, self.res_r = cmd_w, res_r
         self.start_timeout_s = start_timeout_s
@@ -130,16 +141,24 @@ class WorkerProcess:
                 self._drain_observed()
             if self.res_r in ready:
                 try:
-                    reply = channel.recv(self.res_r)
+                    reply = channel.recv(self.res_r, deadline)
                     self._drain_observed()
                     lines = self.observed.decode(errors="replace").split("\n")
                     self.observed = lines.pop().encode()  # a partial last line waits for the next reply
+                    if self.observed_dropped:
+                        lines.append(f"tamper\tthe observation channel carried over {MAX_OBSERVED_BYTES} bytes in "
+                                     f"one call ({self.observed_dropped} more dropped): records forged")
+                        self.observed, self.observed_dropped = b"", 0
                     # set here, never taken from the worker's own reply
                     reply["observed"] = {"lines": lines, "closed": self.observed_closed}
                     return reply
                 except EOFError:
                     code = self.proc.wait()
                     raise self._died(code) from None
+                except TimeoutError:
+                    self.kill()
+                    raise WorkerDied(f"no whole answer within {timeout_s:g} s (a reply begun and not finished); "
+                                     "worker killed") from None
                 except ValueError as exc:
                     self.kill()
                     raise WorkerDied(f"worker sent a malformed reply ({exc})") from exc
@@ -155,7 +174,9 @@ class WorkerProcess:
                 raise WorkerDied(f"no answer within {timeout_s:g} s (hang or too slow); worker killed")
 
     def _drain_observed(self) -> None:
-        while not self.observed_closed and self.obs_r >= 0:
+        for _ in range(64):  # at most 4 MiB a turn: a worker writing without end cannot keep the deadline away
+            if self.observed_closed or self.obs_r < 0:
+                return
             try:
                 chunk = os.read(self.obs_r, 1 << 16)
             except BlockingIOError:
@@ -163,6 +184,10 @@ class WorkerProcess:
             if not chunk:
                 self.observed_closed = True
                 return
+            room = MAX_OBSERVED_BYTES - len(self.observed)
+            if len(chunk) > room:  # read on (the worker must not block on a full pipe), keep nothing more
+                self.observed_dropped += len(chunk) - max(room, 0)
+                chunk = chunk[:max(room, 0)]
             self.observed += chunk
 
     def usage(self) -> tuple[int, int, bool]:
@@ -192,9 +217,9 @@ class WorkerProcess:
 
     def _log_tail(self) -> str:
         try:
-            tail = read_log(self.log_path)[-600:].decode(errors="replace").strip()
-        except OSError:
-            return ""
+            tail = read_log(self.log_path).decode(errors="replace").strip()
+        except OSError as exc:
+            return f"; its log was not read ({exc})" if isinstance(exc, safe_io.UnsafeEntry) else ""
         return f"; its output ends: {tail}" if tail else ""
 
     def kill(self) -> None:

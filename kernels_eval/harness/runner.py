@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kernels_eval import registry
-from kernels_eval.harness import adoption, channel, observe
+from kernels_eval import physics, registry
+from kernels_eval.harness import adoption, channel, limits, observe, safe_io, sanitize
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
 from kernels_eval.harness.judge import Recorded, Replayer
-from kernels_eval.harness.process import WorkerDied, WorkerProcess, read_log
+from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.submission import operator_files
 from kernels_eval.harness.verdict import Verdict, as_verdict
@@ -53,6 +53,10 @@ class EvalConfig:
     memory_gb: float | None = None  # host-memory limit of a worker and its children (None: half the machine)
     max_processes: int = 64  # processes a worker may have running, itself included
     sandbox: bool = True  # workers run in the bubblewrap sandbox (harness/sandbox.py)
+    # a worker's memory limit is counted by a cgroup (memfd and shm included); False (eval --no-memory-cgroup): by a
+    # cgroup where one can be made, else by the tree's RSS and held memfd/shm files (harness/limits.py)
+    memory_cgroup: bool = True
+    memory_accounting: str | None = None  # "cgroup" or "process", decided once per run by `evaluate`
     candidate_files: tuple[Path, ...] = ()  # the submission's files a sandbox shows (set by `evaluate`)
     triton_cache: Path | None = None  # root of the per-file compile caches (harness/triton_cache.py); None: cold
     markers_cache: Path | None = None  # the run's compiled markers, shown read-only to workers (markers.compile_into)
@@ -117,12 +121,13 @@ class OperatorJudge:
         self.spec = registry.spec(operator)
         self.reference = registry.load_reference(operator)
         self.worker: WorkerProcess | None = worker  # a pre-started one (see `start_worker`), or spawned on need
-        self.exchange = Path(tempfile.mkdtemp(prefix=f"x-{operator}-", dir=workdir))
+        # held open from here on: the parent reads and removes tensor files only through this fd (safe_io)
+        self.exchange = safe_io.ExchangeDir.create(workdir, f"x-{operator}-")
         self.staging = channel.Staging()  # pinned host buffer of CUDA tensors read from the exchange
         self.log = workdir / f"{operator}.log"
         self.initialized_with = None
         self.spent: dict[str, float] = {}  # seconds per evaluator step, for the run log (see `_clock`)
-        self.observed: list[str] = []  # host escapes / threads the worker's channel recorded (see `_observe`)
+        self.observed = observe.Observed()  # host escapes / threads the worker's channel recorded (`_observe`)
         self.observed_ops: dict[str, int] = {}
         self.tamper: str | None = None
         # the trusted replay (harness/judge.py): the operator's own, or one shared by a device's timing phase
@@ -175,14 +180,14 @@ class OperatorJudge:
             self.worker = None
         if self.owns_replayer:
             self.replayer.close()
-        shutil.rmtree(self.exchange, ignore_errors=True)
+        self.exchange.remove()
 
     def _import(self, descs: dict) -> dict:
         from kernels_eval.harness.channel import import_tensor
 
         if not isinstance(descs, dict):
             raise ValueError("worker reply lacks a tensor table")
-        return {str(k): import_tensor(v, str(self.exchange), self.staging) for k, v in descs.items()}
+        return {str(k): import_tensor(v, self.exchange, self.staging) for k, v in descs.items()}
 
     def _reference_inputs(self, input_kwargs: dict, seed: int) -> dict:
         import torch
@@ -244,7 +249,11 @@ class OperatorJudge:
         if not reply.get("ok"):
             return reply, [reply.get("error", "call failed")], 0.0
         began = time.monotonic()
-        got = self._import(reply.get("outputs"))
+        try:
+            got = self._import(reply.get("outputs"))
+        except safe_io.RefusedFile as exc:  # the worker's own doing (a swapped exchange directory, a FIFO): its fail
+            reply = {"ok": False, "error": f"output refused: {exc}"}
+            return reply, [reply["error"]], 0.0
         after = reply.get("inputs")
         if not isinstance(after, dict) or not all(isinstance(d, str) for d in after.values()):
             raise ValueError("worker reply lacks its inputs' digests")
@@ -268,9 +277,7 @@ class OperatorJudge:
         records = observe.parse_records(list(seen.get("lines") or []))
         for op, n in records["op"].items():
             self.observed_ops[op] = self.observed_ops.get(op, 0) + n
-        for text in records["host"] + records["thread"]:
-            if text not in self.observed:
-                self.observed.append(text)
+        self.observed.extend_unique(records["host"] + records["thread"])  # capped, found with a set
         tampers = records["tamper"] + (["the observation channel was closed"] if seen.get("closed") else [])
         if tampers and self.tamper is None:
             self.tamper = "; ".join(tampers)
@@ -287,7 +294,7 @@ class OperatorJudge:
         gpu = self.config.device == "cuda"
         self.spent = {}
         # what the worker's observation channel recorded over this verdict's calls
-        self.observed, self.observed_ops, self.tamper = [], {}, None
+        self.observed, self.observed_ops, self.tamper = observe.Observed(), {}, None
         v.step_s = self.spent
         try:
             for index, (init_kwargs, input_kwargs) in enumerate(shapes):
@@ -500,10 +507,12 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
               and r["problem_id"] not in skip]
     hardware = config.hardware or detect_hardware(config.device, release.hardware_names)
     roof = release.roofline(hardware)
+    config = replace(config, memory_accounting=limits.memory_accounting(require_cgroup=config.memory_cgroup))
     base = {"submission": submission.name, "release": release.name, "run_id": run_id or new_run_id(),
             "run": config.run, "hardware": hardware, "device": config.device,
             "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **release_identity(release), "sandboxed": bool(getattr(config, "sandbox", False))}
+            **release_identity(release), "sandboxed": bool(getattr(config, "sandbox", False)),
+            "memory_accounting": config.memory_accounting}
     rows = []
     emitted: set[str] = set()
     one_writer = threading.Lock()  # device threads hand rows to the sink (the journal) one at a time
@@ -882,6 +891,8 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
     from kernels_eval.harness.triton_cache import file_cache_dir
 
     memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
+    # `evaluate` decided it for the run; a bare config (a benchmark's judge) takes a cgroup where one can be made
+    cgroup = config.memory_accounting != "process"
     # the run's scratch directory (exchange directories, Triton cache) is the sandbox's one writable place
     return WorkerProcess(device=config.device, log_path=log_path, memory_bytes=memory,
                          start_timeout_s=config.start_timeout_s, wait=wait, sandboxed=config.sandbox,
@@ -890,7 +901,8 @@ def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | No
                          visible_device=config.device_index if config.device == "cuda" else None,
                          triton_cache=file_cache_dir(config.triton_cache, file)
                          if config.triton_cache is not None and file is not None else None,
-                         keep_autotuning=config.keep_autotuning)
+                         keep_autotuning=config.keep_autotuning, use_cgroup=cgroup,
+                         require_cgroup=config.memory_accounting == "cgroup")
 
 
 def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfig, workdir: Path,
@@ -944,7 +956,7 @@ def _prestart(spares: dict[str, WorkerProcess], config: EvalConfig, workdir: Pat
     if key not in spares:
         try:
             spares[key] = _warm_ahead(start_worker(config, workdir / f"{op}.log", wait=False, file=file), config)
-        except OSError:
+        except (OSError, RuntimeError):  # a sandbox or cgroup refused: started on demand, the reason in its row
             pass
 
 
@@ -975,7 +987,7 @@ def _keep_log(config: EvalConfig, log: Path, name: str) -> None:
     if config.keep_logs is not None and log.exists():
         config.keep_logs.mkdir(parents=True, exist_ok=True)
         try:
-            (config.keep_logs / name).write_bytes(read_log(log))
+            safe_io.copy_tail(log, config.keep_logs / name)  # its last KEPT_LOG_BYTES, never through a link
         except OSError:
             pass
 
@@ -985,16 +997,20 @@ def result_row(base: dict, p: Problem, v: Verdict | dict, sha: str | None, t_roo
     """One results row (results_schema.RESULTS) of a problem's verdict (the scoreboard rebuilds rows of a run
     cut short from its streamed verdicts with it: `v` may be a verdict's plain data)."""
     v = as_verdict(v)
+    refused = physics.refusal(v.t_measured_s, t_roof)
+    if refused:  # never a time under the roofline in a row: the numbers go into the refusal's text
+        v = replace(v, stage="performance", error=refused, t_measured_s=None, t_p10_s=None, t_p90_s=None,
+                    t_event_s=v.t_event_s if not physics.below_roofline(v.t_event_s, t_roof) else None)
     t, ref = v.t_measured_s, v.t_reference_s
-    return {**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
+    return sanitize.row({**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
             "shape_kind": "smoke" if device == "cpu" else "problem", "stage": v.stage,
             "compiled": v.compiled, "correct": v.correct, "native": v.native,
             "native_fraction": v.native_fraction, "fallbacks": list(v.fallbacks),
-            "error": v.error, "max_abs_err": v.max_abs_err, "performance_measured": t is not None,
+            "error": v.error, "max_abs_err": v.max_abs_err, "performance_measured": t is not None or bool(refused),
             "t_measured_s": t, "t_p10_s": v.t_p10_s, "t_p90_s": v.t_p90_s, "n_timed": v.n_timed,
             "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
             "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.eval_s,
-            "t_event_s": v.t_event_s, "key_id": None, "signature": None}
+            "t_event_s": v.t_event_s, "key_id": None, "signature": None})
 
 
 def _free_device_memory(device: str) -> None:

@@ -182,6 +182,11 @@ def bwrap_command(bwrap: str, command: list[str], *, device: str, scratch: Path,
     if device == "cuda" and visible_device is not None:
         environ = {**environ, "CUDA_VISIBLE_DEVICES": visible_devices(visible_device, environ)}
     scratch = Path(os.path.abspath(scratch))
+    # a lane's scratch directory holds the next units' directories: a worker there could have swapped one for a
+    # symlink to a host directory, which bwrap would bind read-write (harness/safe_io.py has the parent's side)
+    if scratch.is_symlink() or (scratch.exists() and not scratch.is_dir()):
+        raise SandboxUnavailable(f"{scratch}: the worker's scratch directory is not a directory of the evaluator's "
+                                 "(a symlink or a file left by another worker); refused")
     if file_cache is None:
         triton_cache = scratch / "triton-cache"
         triton_cache.mkdir(parents=True, exist_ok=True)

@@ -231,9 +231,16 @@ def honest_results(release, tmp_path_factory) -> Path:
     return out
 
 
-def rewrite(src: Path, dst: Path, edit) -> Path:
+def rewrite(src: Path, dst: Path, edit, seal_with=None) -> Path:
+    """`src`'s rows edited into `dst`; with `seal_with` (the host key) its runs sealed anew, as the evaluator's
+    merge seals what it writes (a rewrite without the key leaves them unsealed)."""
+    from kernels_eval.results_seal import run_ident, sealed_document, with_seals
+
     rows = edit(read_results(src).to_pylist())
-    pq.write_table(pa.Table.from_pylist(rows, schema=RESULTS), dst)
+    table = pa.Table.from_pylist(rows, schema=RESULTS)
+    if seal_with is not None:
+        table = with_seals(table, sealed_document({}, rows, {run_ident(r) for r in rows}, seal_with))
+    pq.write_table(table, dst)
     return dst
 
 
@@ -253,7 +260,7 @@ def test_honest_cpu_results_score_as_not_measured(honest_results, release):
 def test_score_says_how_many_rows_ran_unsandboxed(honest_results, release, tmp_path):
     key = host_key(create=False)
     mixed = rewrite(honest_results, tmp_path / "mixed.parquet",  # as `eval --no-sandbox` would sign them
-                    lambda rows: [sign_row({**r, "sandboxed": i % 2 == 0}, key) for i, r in enumerate(rows)])
+                    lambda rows: [sign_row({**r, "sandboxed": i % 2 == 0}, key) for i, r in enumerate(rows)], key)
     done = score(mixed, release)
     assert done.returncode == 0, done.stderr
     assert f"{read_results(mixed).num_rows // 2} rows ran unsandboxed" in done.stdout
@@ -291,13 +298,13 @@ def test_rows_of_another_release_are_refused(honest_results, release, atrex_dir,
     key = host_key(create=False)
     elsewhere = rewrite(honest_results, tmp_path / "elsewhere.parquet",  # a release of the same name, other problems
                         lambda rows: [sign_row({**r, "release_digest": "0" * 64, "manifest_sha256": "1" * 64}, key)
-                                      for r in rows])
+                                      for r in rows], key)
     done = score(elsewhere, release)
     assert done.returncode == 2 and "made against another release" in done.stderr
     assert score(elsewhere, release, "--exclude-unverified").returncode == 0
     # made before a refresh: another release.json digest, the same manifest: scored, and said so
     refreshed = rewrite(honest_results, tmp_path / "refreshed.parquet",
-                        lambda rows: [sign_row({**r, "release_digest": "0" * 64}, key) for r in rows])
+                        lambda rows: [sign_row({**r, "release_digest": "0" * 64}, key) for r in rows], key)
     done = score(refreshed, release)
     assert done.returncode == 0 and "rows were made before the release's last refresh" in done.stdout
 
@@ -325,10 +332,76 @@ def test_score_takes_t_roofline_from_the_release(honest_results, release, tmp_pa
                           "t_measured_s": 2 * roof[r["problem_id"]], "t_roofline_s": forged_roofline}, key)
                 for r in rows]
 
-    honest = rewrite(honest_results, tmp_path / "h.parquet", lambda rows: timed_on_h200(rows, None))
-    forged = rewrite(honest_results, tmp_path / "f.parquet", lambda rows: timed_on_h200(rows, 1e9))
+    honest = rewrite(honest_results, tmp_path / "h.parquet", lambda rows: timed_on_h200(rows, None), key)
+    forged = rewrite(honest_results, tmp_path / "f.parquet", lambda rows: timed_on_h200(rows, 1e9), key)
     scores = [json.loads(score(path, release, "--json").stdout)["scores"] for path in (honest, forged)]
     assert scores[0] == scores[1]
     (s,) = scores[0]
     assert s["S_op"]["rms_norm"] == pytest.approx(0.5)  # T_roofline / T_measured with the release's roofline
     assert s["S_agg"] == pytest.approx(0.5 * s["W_op"]["rms_norm"])
+
+
+def keep_seals(src: Path, dst: Path, edit) -> Path:
+    """`src`'s rows edited into `dst` with its seal metadata carried over unchanged: what an editor without the
+    key can do."""
+    table = pq.read_table(src)
+    rows = edit(read_results(src).to_pylist())
+    pq.write_table(pa.Table.from_pylist(rows, schema=RESULTS).replace_schema_metadata(table.schema.metadata), dst)
+    return dst
+
+
+def test_rows_deleted_from_a_sealed_run_are_refused(honest_results, release, tmp_path):
+    rows = read_results(honest_results).to_pylist()
+    assert len(rows) > 1 and all(r["run_sealed"] for r in rows)
+    cut = keep_seals(honest_results, tmp_path / "cut.parquet", lambda rows: rows[1:])  # a failing row gone
+    done = score(cut, release)
+    assert done.returncode == 2 and done.stdout == ""
+    (error,) = errors(done.stderr)
+    assert str(cut) in error and f"{len(rows) - 1} rows where its seal signed {len(rows)}" in error
+    excluded = score(cut, release, "--exclude-unverified")
+    assert excluded.returncode == 0 and "their run's seal fails" in excluded.stdout
+    stripped = rewrite(honest_results, tmp_path / "stripped.parquet", lambda rows: rows)  # the seals dropped
+    done = score(stripped, release)
+    assert done.returncode == 2 and "holds no seal" in done.stderr
+
+
+def test_a_deleted_run_is_refused(honest_results, release, tmp_path):
+    key = host_key(create=False)
+
+    def two_runs(rows):  # a second run of the same submission, as the evaluator signs and seals it
+        return rows + [sign_row({**r, "run": 1, "run_id": r["run_id"] + "-b"}, key) for r in rows]
+
+    both = rewrite(honest_results, tmp_path / "both.parquet", two_runs, key)
+    assert score(both, release).returncode == 0
+    first = keep_seals(both, tmp_path / "first.parquet", lambda rows: [r for r in rows if r["run"] == 0])
+    done = score(first, release)
+    assert done.returncode == 2 and "none in the file (a run deleted)" in done.stderr, done.stderr
+    from kernels_eval.results_seal import SEALS_KEY
+
+    doc = json.loads(pq.read_schema(first).metadata[SEALS_KEY])
+    doc["runs"] = [s for s in doc["runs"] if s["run"] == 0]  # its seal removed with it
+    table = pq.read_table(first)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, SEALS_KEY: json.dumps(doc).encode()}),
+                   tmp_path / "resealed.parquet")
+    done = score(tmp_path / "resealed.parquet", release)
+    assert done.returncode == 2 and "the file's seal over its runs does not verify" in done.stderr, done.stderr
+
+
+def test_a_time_below_the_release_roofline_is_refused_by_score(honest_results, release, tmp_path):
+    import polars as pl
+
+    sealed = pl.read_parquet(release / "sealed" / "roofline.parquet").filter(pl.col("hardware") == "H200")
+    roof = dict(sealed.select("problem_id", "t_roofline_s").iter_rows())
+    key = host_key(create=False)
+    fast = rewrite(honest_results, tmp_path / "fast.parquet", lambda rows: [  # signed: a row from another evaluator
+        sign_row({**r, "hardware": "H200", "device": "cuda", "performance_measured": True, "stage": "done",
+                  "t_measured_s": roof[r["problem_id"]] / 1.53, "t_roofline_s": None}, key) for r in rows], key)
+    done = score(fast, release)
+    assert done.returncode == 2 and done.stdout == ""
+    (error,) = errors(done.stderr)
+    assert "below their problem's roofline" in error and "roofline fraction 1.530 > 1" in error
+    assert "µs is below the problem's roofline of" in error
+    excluded = score(fast, release, "--exclude-unverified", "--json")
+    assert excluded.returncode == 0
+    doc = json.loads(excluded.stdout)
+    assert doc["excluded_below_roofline"] == read_results(fast).num_rows

@@ -1,0 +1,46 @@
+"""Hostile: fails with an error text holding an unencodable lone surrogate, terminal escape sequences that erase
+the line and draw a green "done" summary over it, a bidi override and 100 kB of padding: an evaluator that writes
+it as is loses the run's results file (no UTF-8 writer takes a lone surrogate) and lets the candidate draw on the
+operator's terminal."""
+
+import os  # noqa: F401
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, stride_x, stride_out, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + cols, (x * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def honest(x, weight, eps):
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty_like(x2)
+    block = triton.next_power_of_2(x2.shape[1])
+    rms_norm_kernel[(x2.shape[0],)](x2, weight, out, x2.shape[1], x2.stride(0), out.stride(0), eps, BLOCK=block)
+    return out.view(x.shape)
+
+
+def scratch_dir():
+    """The worker's writable scratch directory: the parent of its Triton cache (harness/sandbox.py)."""
+    return os.path.dirname(os.environ.get("TRITON_CACHE_DIR", "/nonexistent/x"))
+
+FAKE = "\x1b[2K\r\x1b[1A\x1b[2K\x1b[32mrms_norm  4/4 done\x1b[0m\r\n"
+
+
+class Model(nn.Module):
+    def __init__(self, eps: float = 1e-6, **_):
+        super().__init__()
+        self.eps = float(eps)
+
+    def forward(self, x, weight, **_):
+        raise RuntimeError("bad \ud800 surrogate" + FAKE + "\u202e" + "x" * 100_000)

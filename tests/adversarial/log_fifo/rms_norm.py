@@ -1,0 +1,48 @@
+"""Hostile: swaps its worker log (in the writable scratch directory) for a FIFO, then exits: an evaluator that
+opens the log to quote its tail, or to append the next worker's output, waits for a writer or reader forever."""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.jit
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, stride_x, stride_out, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + cols, (x * inv * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def honest(x, weight, eps):
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty_like(x2)
+    block = triton.next_power_of_2(x2.shape[1])
+    rms_norm_kernel[(x2.shape[0],)](x2, weight, out, x2.shape[1], x2.stride(0), out.stride(0), eps, BLOCK=block)
+    return out.view(x.shape)
+
+
+def scratch_dir():
+    """The worker's writable scratch directory: the parent of its Triton cache (harness/sandbox.py)."""
+    return os.path.dirname(os.environ.get("TRITON_CACHE_DIR", "/nonexistent/x"))
+
+
+class Model(nn.Module):
+    def __init__(self, eps: float = 1e-6, **_):
+        super().__init__()
+        self.eps = float(eps)
+
+    def forward(self, x, weight, **_):
+        scratch = scratch_dir()
+        for name in os.listdir(scratch):
+            if name.endswith(".log"):
+                log = os.path.join(scratch, name)
+                os.unlink(log)
+                os.mkfifo(log)
+        os._exit(3)
