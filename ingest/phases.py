@@ -350,6 +350,21 @@ def assign_phases(
             # under one repeated range such as execute_model): split them on the timeline.
             for i, decided in _timeline_steps(events, members, operators, shapes).items():
                 phase[i], rule[i] = decided, "shape:attention"
+    _fill_by_step(step_of, phase, rule)
+    # Rows no step decided take what their group says with the steps' cuts ignored: a model that samples
+    # inside its forward (an argmax router) is not cut into many steps with no attention of their own.
+    if any(rule[i] == "none" for i in undecided):
+        for members in _shape_groups(events, operators, undecided, [0] * n)[0].values():
+            seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}
+            seen.discard(None)
+            if len(seen) == 1:
+                decided = seen.pop()
+                found = {i: decided for i in members}
+            else:
+                found = _timeline_steps(events, members, operators, shapes) if len(seen) > 1 else {}
+            for i, decided in found.items():
+                if rule[i] == "none":
+                    phase[i], rule[i] = decided, "shape:attention"
 
     _fill_within_steps(events, chains, annotations, phase, rule)
     _fill_by_step(step_of, phase, rule)
