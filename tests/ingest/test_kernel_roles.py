@@ -3,6 +3,7 @@ kernel name never lands in two operators and no GEMM or attention problem holds 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
@@ -22,9 +23,14 @@ COPY = ("direct_copy_kernel_cuda", "bfloat16_copy_kernel_cuda", "float16_copy_ke
 FILL = ("FillFunctor<",)
 
 
+@lru_cache(maxsize=None)
+def _events(rel: str) -> pl.DataFrame:
+    return ingest_trace(FIXTURES / rel).events
+
+
 @pytest.mark.parametrize("rel", TRACES)
 def test_copies_and_fills_are_one_operator_wherever_they_run(rel):
-    events = ingest_trace(FIXTURES / rel).events
+    events = _events(rel)
     copies = events.filter(pl.any_horizontal(*(pl.col("kernel").str.contains(w, literal=True) for w in COPY)))
     fills = events.filter(pl.any_horizontal(*(pl.col("kernel").str.contains(w, literal=True) for w in FILL)))
     assert copies.height or fills.height
@@ -34,7 +40,7 @@ def test_copies_and_fills_are_one_operator_wherever_they_run(rel):
 
 def test_copies_inside_matmul_are_copies():
     # A100 training: `aten::matmul > aten::reshape > aten::clone > aten::copy_` under autograd's view backward
-    events = ingest_trace(FIXTURES / "traces/hta/trace_diff/control/control.json.gz").events
+    events = _events("traces/hta/trace_diff/control/control.json.gz")
     under_matmul = events.filter(pl.col("op_chain").list.contains("aten::matmul"))
     copies = under_matmul.filter(pl.col("kernel").str.contains("copy_kernel_cuda", literal=True))
     assert copies.height == 12 and set(copies["operator"]) == {"memcpy"} and set(copies["shape"]) == {"{}"}
