@@ -110,16 +110,16 @@ class Chains:
         member = used.search_sorted(found["range"])  # each pair's range as an index into used
         used_rows = used.to_list()
         args = trace.op_args(used_rows)
-        events = list(map(trace.ranges.events.__getitem__, used_rows))
+        cats, name_texts = list(map(trace.ranges.cat.__getitem__, used_rows)), list(map(trace.ranges.name.__getitem__, used_rows))
         dims, types = list(map(attrgetter("dims"), args)), list(map(attrgetter("types"), args))
         # Hashable entry contents, built without a Python-level loop over the ranges: the range's category,
         # whether it has no shape args, and the JSON texts of its name and shape args (JSON text holds no NUL).
         # Names are decoded once per distinct entry, not once per range.
         keys = list(
             zip(
-                map(attrgetter("cat"), events),
+                cats,
                 map(and_, map(is_, dims, repeat(NULL_JSON)), map(is_, types, repeat(NULL_JSON))),  # no shape
-                map(b"\0".join, zip(map(attrgetter("name"), events), dims, types, map(attrgetter("concrete"), args))),
+                map(b"\0".join, zip(name_texts, dims, types, map(attrgetter("concrete"), args))),
             )
         )
         entry_ids: dict[tuple, int] = {}

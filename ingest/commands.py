@@ -29,8 +29,6 @@ def _progress(items, total=None):
 
 def run_ingest(args: argparse.Namespace) -> int:
     """Ingest the traces named and write kernel_events, traces and op_shape_time under --out."""
-    from ingest.tracefile import drop_prefetched, prefetch
-
     # The interpreter's exit runs full cyclic collections over every object still alive (polars'
     # and the store's modules): 0.1-0.3 s of a one-trace ingest. Frozen, they are only freed.
     atexit.unregister(gc.freeze)
@@ -45,9 +43,6 @@ def run_ingest(args: argparse.Namespace) -> int:
     if not paths:
         print(f"hotshape ingest: no trace files found in {' '.join(args.traces)}", file=sys.stderr)
         return 2
-    if len(paths) == 1 and not args.cluster and str(paths[0]).endswith((".json", ".json.gz")):
-        # one trace, read here: its gunzip (and a large one's GPU side, ingest/kineto_split.py) overlap the imports below
-        prefetch(paths[0], split=True)
     from ingest.pipeline import gc_paused
 
     with gc_paused():  # the frame library's modules: ~30k objects that live to the end of the process
@@ -65,7 +60,6 @@ def run_ingest(args: argparse.Namespace) -> int:
         paths, args.out, root=root, progress=_progress, captures=captures, taxonomy=args.taxonomy, jobs=args.jobs,
         cluster=args.cluster,
     )
-    drop_prefetched()
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -82,7 +76,6 @@ def run_ingest(args: argparse.Namespace) -> int:
         from ingest.report import report_dir
 
         print(report_dir(Path(args.out)))
-    args.exit_at_once = not args.cluster  # everything is written and closed; no Dask client to close
     return 0 if summary["traces"] else 1
 
 

@@ -8,45 +8,17 @@ fractions, relative µs plus `baseTimeNanoseconds` (>= 2.4), ROCm `hip*` runtime
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from operator import attrgetter
 from pathlib import Path
 
-import msgspec
 import polars as pl
 
-from ingest.kineto_json import (
-    GPU,
-    GPU_ARGS,
-    LAUNCH,
-    LAUNCH_ARGS,
-    OP_ARGS,
-    RANGE,
-    ROLES,
-    Event,
-    Malformed,
-    OpArgs,
-    Phase,
-    TAGGED_DOCUMENT,
-    decode_document,
-    first_float_ts,
-    name_of,
-    names,
-    needs_exact_time,
-)
-from ingest.kineto_fields import (
-    GpuFields,
-    LaunchFields,
-    field,
-    gpu_fields,
-    launch_fields,
-    no_none,
-    range_fields,
-    sort_roles,
-)
-from ingest.kineto_split import Helper, head_text
-from ingest.limits import LIMIT_EVENTS_ENV, limits
-from ingest.tracefile import TraceBytes, TraceError, trace_id_of  # noqa: F401  (TraceError, trace_id_of re-exported)
+from ingest.kineto_events import read_pieces
+from ingest.kineto_fields import GpuFields, LaunchFields, gpu_fields, launch_fields, range_fields, sort_roles
+from ingest.kineto_json import (GPU, GPU_ARGS, LAUNCH, LAUNCH_ARGS, NULL_JSON, OP_ARGS, RANGE, ROLES, Event,
+                                Malformed, OpArgs, Phase, name_of, names)
+from ingest.tracefile import TraceError, inflate_chunks, read_trace_file, trace_id_of
 
 
 @dataclass(slots=True)
@@ -79,18 +51,20 @@ class LaunchRows:
 class CpuRanges:
     """CPU ops and annotations, in file order: the candidates for a launch's enclosing stack.
 
-    Times are columns; names and args are read from the decoded events only for the rows that
-    enclose a launch, a fraction of them.
+    Times are columns; a range's category, the JSON text of its name and its shape args are kept per row (equal
+    texts one object), its name decoded only for the rows that enclose a launch, a fraction of them.
     """
 
     ts_ns: pl.Series  # Int64
     end_ns: pl.Series  # Int64
     thread_rows: dict[tuple, pl.Series]  # (pid, tid) -> that thread's rows
-    events: list[Event]  # the decoded events, one per row
+    cat: list  # kineto_json.Category members
+    name: list[bytes]  # JSON text of each name
+    args: list[OpArgs | TraceError]  # External id and shape args; the error of a range whose args are malformed
 
     def names(self, rows: list[int]) -> list[str]:
         """The names of the given ranges; Malformed if one is not a string."""
-        return no_none(names(list(map(attrgetter("name"), map(self.events.__getitem__, rows)))))
+        return no_none(names(list(map(self.name.__getitem__, rows))))
 
 
 @dataclass(slots=True)
@@ -109,18 +83,26 @@ class KinetoTrace:
         try:
             return self.ranges.names(rows)
         except Malformed:
-            _raise_first_problem(Path(self.path), list(map(self.ranges.events.__getitem__, rows)))
+            for row in rows:
+                try:
+                    names([self.ranges.name[row]])
+                except Malformed:
+                    text = self.ranges.name[row].decode(errors="replace")
+                    raise TraceError(self.path, f"CPU event at ts={self.ranges.ts_ns[row]} ns has a name that is "
+                                                f"not a string: {text}") from None
             raise
 
     def op_args(self, rows: list[int]) -> list[OpArgs]:
         """External id and raw shape args of the given CPU ranges, or a TraceError naming a malformed one."""
-        events = list(map(self.ranges.events.__getitem__, rows))
-        try:
-            return OP_ARGS.column(field(events, "args"))
-        except Malformed:
-            for event in events:
-                OP_ARGS.of(self.path, event)
-            raise
+        args = list(map(self.ranges.args.__getitem__, rows))
+        for a in args:
+            if isinstance(a, TraceError):
+                raise a
+        return args
+
+
+def no_none(values: list) -> list[str]:
+    return [n or "" for n in values] if None in values else values
 
 
 def to_ns(value) -> int:
@@ -132,86 +114,96 @@ def to_ns(value) -> int:
     return int(value * 1000)
 
 
-def read_kineto(source: str | Path | TraceBytes) -> KinetoTrace:
-    """A Kineto trace file read into columns of GPU activities, launch rows and CPU ranges."""
-    source = source if isinstance(source, TraceBytes) else TraceBytes(source)
-    path = source.path
-    trace_id, text = source.result()
-    helper = source.take_helper()
-    if helper is not None:
-        trace = read_split(path, trace_id, text, helper)
-        if trace is not None:
-            return trace
-    doc = decode_document(path, text)
-    del text
-    _check_events(path, len(doc.traceEvents))
-    base = doc.baseTimeNanoseconds
-    base_ns = int(base) if base is not None else 0
+def read_kineto(path: str | Path, raw: bytes | None = None, trace_id: str | None = None) -> KinetoTrace:
+    """A Kineto trace file (its bytes `raw` where read already) read into columns of GPU activities, launch rows
+    and CPU ranges; its JSON is inflated and decoded a piece at a time (ingest/kineto_events.py), so memory holds
+    what is kept of the events, not the text."""
+    raw = read_trace_file(path) if raw is None else raw
+    trace_id = trace_id_of(raw) if trace_id is None else trace_id
+    stream, kept = read_pieces(path, lambda: inflate_chunks(path, raw), lambda: _Columns(path))
+    del raw
+    base_ns = int(stream.base_time) if stream.base_time is not None else 0
     try:
-        activities, launches, ranges = _columns(doc.traceEvents, base_ns)
-    except Malformed:
-        _raise_first_problem(path, doc.traceEvents)
-        raise
+        activities = _activities(kept.gpu, base_ns)
+        launches = _launches(kept.launch, base_ns)
+        ranges = kept.ranges(base_ns)
     except OverflowError:
         raise TraceError(path, "timestamps beyond the range of int64 ns") from None
     if not activities.name:
         raise TraceError(path, "no GPU activity (no kernel, memcpy or memset events)")
-    return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(doc.traceEvents))
+    return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=stream.events)
 
 
+@dataclass
+class _Columns:
+    """What is kept of a trace's events, a decoded piece at a time (add): plain columns of its GPU activities and
+    launch rows, and of its CPU ranges their times, threads, categories, name texts and shape args, each distinct
+    text one object (a trace repeats its ops' shapes every step)."""
 
-def read_split(path: str | Path, trace_id: str, text: bytes, helper: Helper) -> KinetoTrace | None:
-    """read_kineto's trace with its GPU activities and launch rows from the helper process that decoded the part
-    after the CPU ranges meanwhile (ingest/kineto_split.py); None where that does not apply (read_kineto then
-    decodes the whole file, and names any problem)."""
-    at = helper.split()
-    if at is None:
-        return None
+    path: str | Path
+    gpu: GpuFields = dataclass_field(default_factory=lambda: GpuFields(*([] for _ in GpuFields._fields)))
+    launch: LaunchFields = dataclass_field(default_factory=lambda: LaunchFields(*([] for _ in LaunchFields._fields)))
+    columns: list = dataclass_field(default_factory=lambda: [[] for _ in range(7)])
+    texts: dict = dataclass_field(default_factory=lambda: {bytes(NULL_JSON): NULL_JSON})
+
+    def add(self, events: list) -> None:
+        gpu, launch, cpu = sort_roles(events)
+        try:
+            taken = (gpu_fields(gpu) if gpu else None, launch_fields(launch) if launch else None,
+                     range_fields(cpu) if cpu else None)
+            times = [(c.ts, c.dur) for c in taken[:2] if c is not None] + ([taken[2][2:4]] if cpu else [])
+            if any(_bad_times(ts, dur) for ts, dur in times):
+                raise Malformed
+        except Malformed:
+            _raise_first_problem(self.path, events)
+            raise
+        for kept, columns in zip((self.gpu, self.launch), taken):
+            if columns is not None:
+                for column, values in zip(kept, columns):
+                    column.extend(values)
+        if cpu:
+            self._add_ranges(cpu, taken[2])
+
+    def _add_ranges(self, cpu: list[Event], columns: list[list]) -> None:
+        pid, tid, ts, dur, cat, name, args = columns
+        texts = self.texts
+        name = list(map(bytes, name))
+        try:
+            decoded = OP_ARGS.column(args)
+        except Malformed:  # kept per range, raised only if attribution reads that range
+            decoded = [_one_args(self.path, event) for event in cpu]
+        ok = [a for a in decoded if not isinstance(a, TraceError)]
+        shape_texts = []
+        for field_name in ("dims", "types", "concrete"):
+            values = list(map(bytes, map(attrgetter(field_name), ok)))
+            shape_texts.append(list(map(texts.setdefault, values, values)))
+        kept = list(map(OpArgs, map(attrgetter("external_id"), ok), *shape_texts))
+        if len(ok) < len(decoded):
+            kept.reverse()
+            kept = [a if isinstance(a, TraceError) else kept.pop() for a in decoded]
+        for column, values in zip(self.columns, (pid, tid, ts, dur, cat, list(map(texts.setdefault, name, name)), kept)):
+            column.extend(values)
+
+    def ranges(self, base_ns: int) -> CpuRanges:
+        pid, tid, ts, dur, cat, name, args = self.columns[:7]
+        start_ns, dur_ns = _times(ts, dur, base_ns)
+        return CpuRanges(ts_ns=start_ns, end_ns=start_ns + dur_ns, thread_rows=_rows_by_thread(pid, tid), cat=cat,
+                         name=name, args=args)
+
+
+def _bad_times(ts: list, dur: list) -> bool:
+    """Whether a column of times misses one or holds a negative duration (checked a piece at a time)."""
+    return None in ts or None in dur or min(dur) < 0
+
+
+def _one_args(path, event: Event) -> OpArgs | TraceError:
     try:
-        head = TAGGED_DOCUMENT.decode(head_text(text, at))
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        helper.cancel()
-        return None
-    gpu, launch, cpu = sort_roles(head.traceEvents)
-    if gpu or launch:
-        helper.cancel()
-        return None
-    answer = helper.answer()
-    if answer is None or answer[0] != at:
-        return None
-    _, gpu_side, launch_side, tail_base, tail_events, tail_first_ts = answer
-    base = head.baseTimeNanoseconds
-    if base is not None and tail_base is not None:
-        return None  # a document naming its base time twice: the whole-file decode reads it as written
-    base = tail_base if base is None else base
-    first_ts = first_float_ts(head.traceEvents)
-    if base is None and needs_exact_time(tail_first_ts if first_ts is None else first_ts):
-        return None
-    base_ns = int(base) if base is not None else 0
-    try:
-        activities = _activities(GpuFields(*gpu_side), base_ns)
-        launches = _launches(LaunchFields(*launch_side), base_ns)
-        ranges = _ranges(cpu, base_ns)
-    except (Malformed, OverflowError):
-        return None
-    if not activities.name:
-        return None
-    _check_events(path, len(head.traceEvents) + tail_events)
-    return KinetoTrace(str(path), trace_id, activities, launches, ranges, events=len(head.traceEvents) + tail_events)
-
-
-def _check_events(path, events: int) -> None:
-    bound = limits().max_events
-    if events > bound:
-        raise TraceError(path, f"more than {bound} events, the bound on a trace's events ({LIMIT_EVENTS_ENV} raises it)")
+        return OP_ARGS.of(path, event)
+    except TraceError as exc:
+        return exc
 
 
 _LIMIT_US = 9 * 10**15  # ns of µs beyond it come near the end of int64 (year 2255 in epoch time)
-
-
-def _columns(events: list, base_ns: int) -> tuple[GpuActivities, LaunchRows, CpuRanges]:
-    gpu, launch, cpu = sort_roles(events)
-    return _activities(gpu_fields(gpu), base_ns), _launches(launch_fields(launch), base_ns), _ranges(cpu, base_ns)
 
 
 def _activities(f: GpuFields, base_ns: int) -> GpuActivities:
@@ -225,12 +217,6 @@ def _launches(f: LaunchFields, base_ns: int) -> LaunchRows:
     row_of.pop(None, None)
     return LaunchRows(name=f.name, thread=list(zip(f.pid, f.tid)), ts_ns=_times(f.ts, f.dur, base_ns)[0],
                       external_id=f.external_id, row_of=row_of)
-
-
-def _ranges(cpu: list, base_ns: int) -> CpuRanges:
-    pid, tid, ts, dur = range_fields(cpu)
-    start_ns, dur_ns = _times(ts, dur, base_ns)
-    return CpuRanges(ts_ns=start_ns, end_ns=start_ns + dur_ns, thread_rows=_rows_by_thread(pid, tid), events=cpu)
 
 
 def _times(ts: list, dur: list, base_ns: int) -> tuple[pl.Series, pl.Series]:

@@ -1,6 +1,5 @@
-"""A Kineto trace's decoded events sorted by role and taken apart into plain columns (lists), with no frame
-library: what the reader builds, and what its helper process builds for the second part of a large trace
-(ingest/kineto_split.py), which must start without importing polars."""
+"""A piece of a Kineto trace's decoded events sorted by role and taken apart into plain columns (lists): what the
+reader (ingest/kineto.py) keeps of each piece once its JSON is dropped."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from ingest.kineto_json import GPU, GPU_ARGS, GPU_KINDS, LAUNCH, LAUNCH_ARGS, RA
 
 _FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
 _LAUNCH_FIELDS = ("name", "pid", "tid", "ts", "dur", "args")
-_RANGE_FIELDS = ("pid", "tid", "ts", "dur")
+_RANGE_FIELDS = ("pid", "tid", "ts", "dur", "cat", "name", "args")
 
 
 class GpuFields(NamedTuple):
@@ -55,11 +54,10 @@ def sort_roles(events: list) -> tuple[list, list, list]:
     return gpu, launch, cpu
 
 
-def gpu_fields(gpu: list, decoded: bool = False) -> GpuFields:
-    """The columns of GPU activity events (`decoded`: their names and args are decoded already, as
-    kineto_json.DecodedXEvent's); Malformed if a name or args are."""
-    name, cat, pid, tid, ts, dur, args = fields(gpu, _FIELDS, decoded)
-    args = args if decoded else GPU_ARGS.column(args)
+def gpu_fields(gpu: list) -> GpuFields:
+    """The columns of GPU activity events; Malformed if a name or args are."""
+    name, cat, pid, tid, ts, dur, args = fields(gpu, _FIELDS)
+    args = GPU_ARGS.column(args)
     return GpuFields(
         name=name,
         category=list(map(GPU_KINDS.__getitem__, cat)),
@@ -73,32 +71,24 @@ def gpu_fields(gpu: list, decoded: bool = False) -> GpuFields:
     )
 
 
-def launch_fields(launch: list, decoded: bool = False) -> LaunchFields:
-    """The columns of launch-row events (`decoded` as for gpu_fields); Malformed if a name or args are."""
-    name, pid, tid, ts, dur, args = fields(launch, _LAUNCH_FIELDS, decoded)
-    args = args if decoded else LAUNCH_ARGS.column(args)
+def launch_fields(launch: list) -> LaunchFields:
+    """The columns of launch-row events; Malformed if a name or args are."""
+    name, pid, tid, ts, dur, args = fields(launch, _LAUNCH_FIELDS)
+    args = LAUNCH_ARGS.column(args)
     return LaunchFields(name, pid, tid, ts, dur, field(args, "external_id"), field(args, "correlation"))
 
 
 def range_fields(cpu: list) -> list[list]:
-    """pid, tid, ts and dur of CPU-range events."""
+    """pid, tid, ts, dur, category and the JSON texts of name and args of CPU-range events."""
     return fields(cpu, _RANGE_FIELDS)
 
 
-def fields(events: list, names_of: tuple[str, ...], decoded: bool = False) -> list[list]:
-    """One list per field of `events`; a `name` field first as strings (None as ""), decoded from its JSON text
-    unless `decoded`."""
+def fields(events: list, names_of: tuple[str, ...]) -> list[list]:
+    """One list per field of `events`; a `name` field first as strings (None as ""), decoded from its JSON text."""
     columns = [field(events, f) for f in names_of]
     if names_of[0] == "name":
-        columns[0] = no_none(_shared(columns[0]) if decoded else names(columns[0]))
+        columns[0] = no_none(names(columns[0]))
     return columns
-
-
-def _shared(values: list) -> list:
-    """The values with equal strings made one object, as `names` gives them (a column repeats a few dozen
-    kernel names thousands of times: one object each is what the frame library and marshal then handle once)."""
-    first: dict = {}
-    return list(map(first.setdefault, values, values))
 
 
 def field(items: list, name: str) -> list:

@@ -8,13 +8,13 @@ trace cheap to decode.
 from __future__ import annotations
 
 import enum
-import re
 from decimal import Decimal
 from pathlib import Path
 from typing import ClassVar, Union
 
 import msgspec
 
+from ingest.plain import plain
 from ingest.tracefile import TraceError
 
 # GPU-side activity categories, current and pre-2.0 spellings, with the kind each one is.
@@ -96,6 +96,8 @@ class Event(_Fields, gc=False):
 
 
 class Document(msgspec.Struct, gc=False):
+    """The document around the events: kineto_events decodes its fields with the array emptied."""
+
     traceEvents: list[Event]
     baseTimeNanoseconds: Union[int, float, None] = None
 
@@ -118,51 +120,11 @@ def _not_x(phase: Phase) -> type:
 _TaggedEvent = Union[(XEvent, *(_not_x(p) for p in Phase if p not in (Phase.X, Phase.OTHER)))]
 
 
-class _TaggedDocument(msgspec.Struct, gc=False):
-    traceEvents: list[_TaggedEvent]
-    baseTimeNanoseconds: Union[int, float, None] = None
-
-
-class AnyArgs(msgspec.Struct, gc=False):
-    """The args of a GPU activity or a launch row decoded in the event itself (GpuArgs' fields, which hold
-    LaunchArgs' too)."""
-
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    correlation: Union[int, None] = None
-    device: _Scalar = None
-    stream: _Scalar = None
-    graph_id: _Scalar = msgspec.field(default=None, name="graph id")
-
-
-class DecodedXEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """An XEvent whose name and args are decoded with it: for a part of a trace that holds no CPU ranges (whose
-    args would be kept raw), decoded where raw JSON would have to be copied (kineto_split's helper)."""
-
-    ph: ClassVar[Phase] = Phase.X
-    cat: Union[Category, None] = None
-    name: Union[str, None] = None
-    pid: _Scalar = None
-    tid: _Scalar = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: AnyArgs = msgspec.field(default_factory=AnyArgs)
-
-
-class DecodedDocument(msgspec.Struct, gc=False):
-    traceEvents: list[Union[(DecodedXEvent, *_TaggedEvent.__args__[1:])]]
-    baseTimeNanoseconds: Union[int, float, None] = None
-
-
 class _ExactEvent(Event):
     # Absolute epoch µs (~1.7e15) with ns fractions need 19 significant digits, more than a
     # float64 holds (PyTorch nightlies of 2024 wrote them): read those timestamps as decimals.
     ts: Union[Decimal, None] = None
     dur: Union[Decimal, None] = None
-
-
-class _ExactDocument(msgspec.Struct, gc=False):
-    traceEvents: list[_ExactEvent]
-    baseTimeNanoseconds: Union[int, float, None] = None
 
 
 class GpuArgs(msgspec.Struct, gc=False):
@@ -235,7 +197,7 @@ def names(raws: list[msgspec.Raw]) -> list[str | None]:
     Tuned for speed: a column of long names (kernels: a few dozen templated names, hundreds of characters
     each, over many thousand activities) decodes each distinct text once, and its rows share the string;
     the plain version is names_plain (oracle: tests/ingest/test_fast_paths.py)."""
-    if len(raws) < _DISTINCT_MIN_ROWS or sum(map(len, raws)) < _DISTINCT_MIN_CHARS * len(raws):
+    if plain() or len(raws) < _DISTINCT_MIN_ROWS or sum(map(len, raws)) < _DISTINCT_MIN_CHARS * len(raws):
         return names_plain(raws)
     # Raw texts compare but do not hash: each is compared with the distinct texts of its length seen so far,
     # up to a few of them (a column of many distinct names of one length decodes the rest row by row).
@@ -278,50 +240,13 @@ def name_of(event: Event) -> str | None:
         return bytes(event.name).decode(errors="replace")
 
 
-_DOCUMENT = msgspec.json.Decoder(Document)
-_EVENT_LIST = msgspec.json.Decoder(list[Event])
-TAGGED_DOCUMENT = msgspec.json.Decoder(_TaggedDocument)
-DECODED_DOCUMENT = msgspec.json.Decoder(DecodedDocument)
-_TAGGED_EVENT_LIST = msgspec.json.Decoder(list[_TaggedEvent])
-_EXACT_DOCUMENT = msgspec.json.Decoder(_ExactDocument)
-_EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
+# The decoders of a piece of the traceEvents array (kineto_events.py): events decoded by their phase (the fast
+# one), every event alike (the plain one, which also reads a phase outside the format's), and exact timestamps.
+TAGGED_EVENT_LIST = msgspec.json.Decoder(list[_TaggedEvent])
+EVENT_LIST = msgspec.json.Decoder(list[Event])
+EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
 # Timestamps beyond this many µs are absolute epoch time, where float64 drops the ns digits.
 _FLOAT_EXACT_LIMIT_US = 4e12
-_BARE_ARRAY = re.compile(rb"\s*\[")  # matched in place: bytes.lstrip() would copy 100 MB of text
-
-
-def decode_document(path: str | Path, data: bytes) -> Document:
-    """The trace's events and base time, or a TraceError naming what is wrong with the JSON."""
-    bare = _BARE_ARRAY.match(data) is not None  # the Chrome trace format also allows a bare event array
-    try:
-        doc = _decode_tagged(data, bare) or (Document(traceEvents=_EVENT_LIST.decode(data)) if bare else _DOCUMENT.decode(data))
-        if _needs_exact_time(doc):
-            doc = Document(traceEvents=_EXACT_EVENT_LIST.decode(data)) if bare else _EXACT_DOCUMENT.decode(data)
-        return doc
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "missing required field `traceEvents`" in text or (not bare and text.startswith("Expected `object`")):
-            raise TraceError(path, "not a profiler trace: no `traceEvents` list at the top level") from None
-        raise TraceError(path, f"malformed trace event ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise TraceError(path, f"invalid JSON ({exc})") from None
-
-
-def _decode_tagged(data: bytes, bare: bool) -> Document | None:
-    """The events decoded by their phase (XEvent for phase X, a struct without fields for the others), or None
-    when an event's phase is missing or not one of the format's (the plain decode reads those, and names the
-    problem of a malformed event). Tuned for speed: the plain version is the Event decode (oracle:
-    tests/ingest/test_fast_paths.py)."""
-    try:
-        if bare:
-            return Document(traceEvents=_TAGGED_EVENT_LIST.decode(data))
-        return TAGGED_DOCUMENT.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-
-
-def _needs_exact_time(doc: Document) -> bool:
-    return doc.baseTimeNanoseconds is None and needs_exact_time(first_float_ts(doc.traceEvents))
 
 
 def first_float_ts(events: list) -> float | None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from catalogue.vocabulary import ATTRIBUTED
-from ingest.tracefile import TraceBytes, TraceError, is_rocprof_json, is_url, read_file, take, trace_id_of  # noqa: F401
+from ingest.tracefile import (TraceError, decompress, is_rocprof_json, is_url, read_file,  # noqa: F401
+                              read_trace_file, text_head, trace_id_of)
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
 # a fresh process then gunzips its first trace on a second core while they load (read_events).
@@ -71,17 +72,16 @@ def _read_events(path: str | Path) -> pl.DataFrame:
         from ingest.rocprof import read_rocprof
 
         return read_rocprof(path, trace_id_of(Path(path).read_bytes()))
-    trace_bytes = take(path)  # read and gunzipped on a worker thread while the imports below run
     from ingest.attribution import attribute
     from ingest.kineto import read_kineto
 
-    if is_rocprof_json(trace_bytes.head()):
+    raw = read_trace_file(path)
+    trace_id = trace_id_of(raw)
+    if is_rocprof_json(text_head(path, raw)):
         from ingest.rocprof_json import read_rocprof_json
 
-        trace_bytes.drop_helper()
-        trace_id, text = trace_bytes.result()
-        return read_rocprof_json(path, text, trace_id)
-    return attribute(read_kineto(trace_bytes))
+        return read_rocprof_json(path, decompress(path, raw), trace_id)
+    return attribute(read_kineto(path, raw, trace_id))
 
 
 def summarize(events: pl.DataFrame, path: str) -> dict:

@@ -38,8 +38,7 @@ import polars as pl
 from catalogue.vocabulary import ATTRIBUTED
 from ingest.cluster import ingest_on_cluster
 from ingest.schema import parquet
-from ingest.tracefile import (TraceError, file_size, file_trace_id, is_url, prefetched_id, sibling,
-                              trace_name)
+from ingest.tracefile import TraceError, file_size, file_trace_id, is_url, sibling, trace_name
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -83,9 +82,6 @@ class IngestReport:
 
 
 def _hash(path: str | Path) -> str | TraceError:
-    prefetched = prefetched_id(path)  # `hotshape ingest` of one trace has it read and hashed already
-    if prefetched is not None:
-        return prefetched
     try:
         return file_trace_id(path)
     except OSError as exc:

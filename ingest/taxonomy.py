@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -285,7 +284,7 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
 
 @lru_cache(maxsize=1)
 def _default() -> Taxonomy:
-    return parse_taxonomy(_cached_document(DEFAULT_PATH), str(DEFAULT_PATH))
+    return parse_taxonomy(_document(DEFAULT_PATH), str(DEFAULT_PATH))
 
 
 def _load(path: Path) -> Taxonomy:
@@ -302,33 +301,3 @@ def _document(path: Path):
         raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise TaxonomyError(f"{path}: invalid YAML ({exc})") from None
-
-
-def _cached_document(path: Path):
-    """The shipped taxonomy's YAML document, read from its JSON copy in the package's __pycache__ when one
-    was written for these exact bytes: importing pyyaml costs every `hotshape ingest` ~20 ms. The copy is
-    written as bytecode is (not under PYTHONDONTWRITEBYTECODE), only when JSON holds the document exactly."""
-    import hashlib
-    import json
-    import sys
-
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise TaxonomyError(f"{path}: cannot read ({exc.strerror})") from None
-    cache = path.parent / "__pycache__" / f"{path.stem}.{hashlib.sha256(text).hexdigest()[:16]}.json"
-    try:
-        return json.loads(cache.read_bytes())
-    except (OSError, ValueError):
-        pass
-    doc = _document(path)
-    copy = json.dumps(doc)
-    if not sys.dont_write_bytecode and repr(json.loads(copy)) == repr(doc):
-        try:
-            cache.parent.mkdir(exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-            tmp.write_text(copy)
-            os.replace(tmp, cache)
-        except OSError:
-            pass  # a read-only install: the YAML is read each time
-    return doc

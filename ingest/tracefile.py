@@ -1,9 +1,8 @@
-"""A trace file's bytes: its content address, and its text gunzipped on a worker thread."""
+"""A trace file's bytes: read within the bounds (ingest/limits.py), content-addressed, inflated a step at a time."""
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import zlib
 from pathlib import Path
 
@@ -181,6 +180,16 @@ def _over_text_limit(limit: int) -> str:
             f"({LIMIT_BYTES_ENV} raises it; docs/bad-input.md)")
 
 
+def text_head(path: str | Path, raw: bytes, n: int = 256) -> bytes:
+    """The first `n` bytes of a trace file's text (to tell formats apart); b"" where they cannot be inflated."""
+    if raw[:2] != _GZIP_MAGIC:
+        return raw[:n]
+    try:
+        return zlib.decompressobj(wbits=31).decompress(raw[:65536], n)
+    except zlib.error:
+        return b""
+
+
 def decompress(path: str | Path, raw: bytes, limit: int | None = None) -> bytes:
     """The JSON text of a trace file's bytes, gunzipped when they are gzip (inflate_chunks, joined)."""
     chunks = list(inflate_chunks(path, raw, limit))
@@ -193,104 +202,3 @@ ROCPROF_JSON_KEY = "rocprofiler-sdk-tool"  # the top-level key of rocprofv3's JS
 def is_rocprof_json(head: bytes) -> bool:
     """True when the first bytes of a (decompressed) JSON document are rocprofv3's, not a Chrome trace."""
     return b'"' + ROCPROF_JSON_KEY.encode() + b'"' in head[:256]
-
-
-class TraceBytes:
-    """A trace file being read, content-addressed and gunzipped on a worker thread.
-
-    zlib and sha256 release the GIL, so the caller's thread can do other work meanwhile (a fresh
-    process imports numpy, polars and pyarrow while its first trace is gunzipped: see
-    pipeline.read_events).
-    """
-
-    def __init__(self, path: str | Path, start_helper=None):
-        self.path = trace_name(path)
-        # ingest.kineto_split.start_helper: called with the text once gunzipped, for a helper process that
-        # decodes the trace's GPU side meanwhile (kept in _helper for the reader)
-        self._start_helper = start_helper
-        self._helper = None
-        self._outcome: tuple[str, bytes] | Exception | None = None
-        self._trace_id: str | None = None
-        self._hashed = threading.Event()  # set once the bytes are hashed (or reading failed), before the gunzip
-        self._worker = threading.Thread(target=self._load, name="trace-bytes", daemon=True)
-        self._worker.start()
-
-    def _load(self) -> None:
-        try:
-            raw = read_trace_file(self.path)
-            self._trace_id = trace_id_of(raw)
-            self._hashed.set()
-            text = decompress(self.path, raw)
-            if self._start_helper is not None:
-                self._helper = self._start_helper(text)
-            self._outcome = (self._trace_id, text)
-        except Exception as exc:  # raised again in the caller's thread by result()
-            self._outcome = exc
-        finally:
-            self._hashed.set()
-
-    def trace_id(self) -> str | None:
-        """The file's trace id as soon as its bytes are hashed (the gunzip may still run); None if reading failed."""
-        self._hashed.wait()
-        return self._trace_id
-
-    def head(self, n: int = 256) -> bytes:
-        """The first `n` bytes of the decompressed text (to tell formats apart); b"" if reading failed."""
-        self._worker.join()
-        return b"" if isinstance(self._outcome, Exception) or self._outcome is None else self._outcome[1][:n]
-
-    def take_helper(self):
-        """The helper process started for this file once read (the reader that takes it answers for it), or None;
-        call after result()."""
-        helper, self._helper = self._helper, None
-        return helper
-
-    def drop_helper(self) -> None:
-        """Stop the helper process, where one was started and no reader took it (none is started after this)."""
-        self._start_helper = None
-        self._worker.join()
-        helper = self.take_helper()
-        if helper is not None:
-            helper.cancel()
-
-    def result(self) -> tuple[str, bytes]:
-        """The file's trace id and JSON text, once read; the worker's error is raised here."""
-        self._worker.join()
-        outcome, self._outcome = self._outcome, None  # the caller owns the text from here on
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-
-# A trace whose reading started before the frame libraries were imported (`hotshape ingest` of one
-# file: its gunzip overlaps the imports of polars and the store), taken by the reader that needs it.
-_PREFETCHED: dict[str, TraceBytes] = {}
-
-
-def prefetch(path: str | Path, split: bool = False) -> None:
-    """Start reading `path` now; the next `take(path)` gets it. With `split`, a large local Kineto trace also gets
-    a helper process that decodes its GPU side on another core (ingest/kineto_split.py): for a process that
-    reads this one trace alone."""
-    start_helper = None
-    if split and str(path).endswith((".json", ".json.gz")):
-        from ingest.kineto_split import start_helper  # imported here: the helper it forks imports nothing
-    _PREFETCHED[str(path)] = TraceBytes(path, start_helper)
-
-
-def prefetched_id(path: str | Path) -> str | None:
-    """The trace id of `path` from its prefetch (read once, hashed on the worker thread), or None when
-    it was not prefetched or could not be read."""
-    trace_bytes = _PREFETCHED.get(str(path))
-    return trace_bytes.trace_id() if trace_bytes is not None else None
-
-
-def take(path: str | Path) -> TraceBytes:
-    """The trace being read for `path`: the prefetched one, else a fresh read."""
-    return _PREFETCHED.pop(str(path), None) or TraceBytes(path)
-
-
-def drop_prefetched() -> None:
-    """Forget prefetched traces no reader took (a trace the store already held), and stop their helpers."""
-    for trace_bytes in _PREFETCHED.values():
-        trace_bytes.drop_helper()
-    _PREFETCHED.clear()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 # Each module exposes `register(subparsers)`; sub-commands set `func(args) -> int`.
@@ -96,13 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         line, status = error_line(exc)
         print(f"hotshape {args.command}: {line}", file=sys.stderr)
         return status
-    if argv is None and getattr(args, "exit_at_once", False):
-        # A command run as its own process that set exit_at_once has written and closed everything it makes; the
-        # interpreter's teardown would free a large trace's objects and every module one by one (~20 ms of a
-        # one-trace ingest), and run no exit hook such a command needs.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
     return status
 
 

@@ -167,10 +167,9 @@ def test_a_capture_sidecar_naming_a_file_outside_its_folder_is_refused(tmp_path,
 
 
 def test_a_trace_over_the_bound_on_events_is_refused_naming_it(monkeypatch, good_trace):
-    from ingest.kineto_json import decode_document
-    from ingest.tracefile import decompress
+    import gzip
 
-    events = len(decode_document(good_trace, decompress(good_trace, good_trace.read_bytes())).traceEvents)
+    events = len(json.loads(gzip.decompress(good_trace.read_bytes()))["traceEvents"])
     monkeypatch.setenv("HOTSHAPE_MAX_TRACE_EVENTS", str(events - 1))
     with pytest.raises(TraceError, match=rf"good.json.gz: more than {events - 1} events"):
         read_events(good_trace)

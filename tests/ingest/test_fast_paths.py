@@ -73,11 +73,13 @@ def test_classifying_each_combination_once_is_classifying_every_row(path, strip,
 
 
 def test_described_schemas_without_pyarrow_write_the_bytes_pyarrow_schemas_do(tmp_path):
-    """ingest.arrow_schema's ArrowSchema structs and pyarrow's schema give polars' writer the same file, for every
+    """ingest.arrow_schema's nanoarrow schemas and pyarrow's schema give polars' writer the same file, for every
     table a trace store holds (capture traces, views and empty frames included)."""
     import io
 
-    from ingest.arrow_schema import DescribedSchema, export
+    import nanoarrow
+
+    from ingest.arrow_schema import export
     from ingest.classify import op_shape_time
     from ingest.field_metadata import frame_schema
     from ingest.graphs import capture_traces_for, read_captures
@@ -98,7 +100,7 @@ def test_described_schemas_without_pyarrow_write_the_bytes_pyarrow_schemas_do(tm
     for table, frame in tables.items():
         for rows in (frame, frame.head(0)):
             ours = export(rows, descriptions(table))
-            assert isinstance(ours, DescribedSchema), table
+            assert isinstance(ours, nanoarrow.Schema), table
             assert written(rows, ours) == written(rows, frame_schema(rows, descriptions(table))), table
     assert export(pl.DataFrame({"x": [1.5]}, schema={"x": pl.Float32}), {"x": ("a float32", "")}) is None
     with pytest.raises(KeyError, match="no description"):
@@ -217,14 +219,16 @@ def test_chains_numbered_by_the_frame_library_are_the_launch_by_launch_numbering
 def test_names_decoded_once_per_distinct_text_are_every_name_decoded(root, request):
     import msgspec
 
-    from ingest.kineto_json import GPU, ROLES, Malformed, decode_document, names, names_plain
-    from ingest.tracefile import TraceBytes
+    from ingest.kineto_events import EventStream
+    from ingest.kineto_json import GPU, ROLES, Malformed, names, names_plain
+    from ingest.tracefile import inflate_chunks
 
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     long_columns = 0
-    for _path, doc in _read_each(folder, lambda path: decode_document(path, TraceBytes(path).result()[1])):
+    for _path, events in _read_each(folder, lambda path: [e for piece in EventStream(
+            path, inflate_chunks(path, path.read_bytes())) for e in piece]):
         for role in set(ROLES.values()):
-            raws = [e.name for e in doc.traceEvents if ROLES.get(e.cat) == role]
+            raws = [e.name for e in events if ROLES.get(e.cat) == role]
             fast = names(raws)
             assert fast == names_plain(raws)
             long_columns += role == GPU and len(set(fast)) < len(raws) > 1000 and sum(map(len, raws)) > 64 * len(raws)
@@ -290,13 +294,11 @@ def test_combinations_kept_from_earlier_traces_classify_as_a_trace_on_its_own(mo
 
 @pytest.mark.parametrize("root", ["examples", "public"])
 def test_events_decoded_by_their_phase_read_as_every_event_decoded_alike(root, request, monkeypatch):
-    from ingest import kineto_json
-
     folder = EXAMPLES if root == "examples" else request.getfixturevalue("public_traces")
     tagged = 0
     for path, fast in _read_each(folder, read_events):
         with monkeypatch.context() as m:
-            m.setattr(kineto_json, "_decode_tagged", lambda data, bare: None)
+            m.setenv("HOTSHAPE_PLAIN", "1")  # every plain twin: the Event decode, zlib, names row by row
             slow = read_events(path)
         assert fast.schema == slow.schema and fast.equals(slow), path
         tagged += 1
@@ -304,15 +306,18 @@ def test_events_decoded_by_their_phase_read_as_every_event_decoded_alike(root, r
 
 
 def test_an_event_without_a_known_phase_takes_the_plain_decode(tmp_path):
-    from ingest import kineto_json
+    import msgspec
+
+    from ingest.kineto_json import TAGGED_EVENT_LIST
     from tests.fixtures.cut_trace import load, save
 
     source = EXAMPLES / "qwen3-30b-a3b" / "eager.json.gz"
     doc = load(source)
-    assert kineto_json._decode_tagged(json_bytes(doc), bare=False) is not None
+    assert TAGGED_EVENT_LIST.decode(json_bytes(doc["traceEvents"]))
     for odd in ({"name": "no phase", "cat": "cpu_op", "ts": 1, "dur": 1}, {"ph": "Z", "name": "unknown", "ts": 1}):
         broken = {**doc, "traceEvents": [*doc["traceEvents"], odd]}
-        assert kineto_json._decode_tagged(json_bytes(broken), bare=False) is None
+        with pytest.raises(msgspec.ValidationError):
+            TAGGED_EVENT_LIST.decode(json_bytes(broken["traceEvents"]))
         events = read_events(save(broken, tmp_path / "odd.json.gz"))
         assert events.drop("trace_id").equals(read_events(source).drop("trace_id"))
 

@@ -170,33 +170,15 @@ def test_bad_taxonomy_names_file_and_problem(tmp_path, text, problem):
     assert str(bad) in str(err.value) and problem in str(err.value)
 
 
-def test_the_shipped_taxonomy_is_its_yaml_whether_or_not_its_json_copy_is_read(tmp_path, monkeypatch):
-    """The shipped taxonomy's document comes from a JSON copy in __pycache__ keyed by the YAML's bytes (no pyyaml
-    import); the copy holds exactly the YAML's document, a damaged copy is read past, and none is written
-    where bytecode is not."""
-    import json
-    import shutil
-    import sys
-
+def test_the_shipped_taxonomy_is_read_from_its_yaml_and_writes_nothing_into_the_package():
+    """The shipped taxonomy is its YAML's document, read without writing anything beside it (it once left a JSON
+    copy in the package's __pycache__)."""
     import yaml
 
     from ingest import taxonomy
 
-    shipped = tmp_path / "taxonomy.yaml"
-    shutil.copy(taxonomy.DEFAULT_PATH, shipped)
-    want = yaml.safe_load(shipped.read_text())
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    assert taxonomy._cached_document(shipped) == want and not (tmp_path / "__pycache__").exists()
-    monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    assert taxonomy._cached_document(shipped) == want
-    [copy] = (tmp_path / "__pycache__").glob("taxonomy.*.json")
-    assert json.loads(copy.read_text()) == want
-    with monkeypatch.context() as m:
-        m.setattr(taxonomy, "_document", lambda path: pytest.fail("the YAML was parsed again"))
-        assert taxonomy._cached_document(shipped) == want
-    copy.write_text('{"operators": ')  # damaged: read past, rewritten
-    assert taxonomy._cached_document(shipped) == want and json.loads(copy.read_text()) == want
-    shipped.write_text(shipped.read_text().replace("operators:", "operators:  ", 1))  # new bytes, new copy
-    assert taxonomy._cached_document(shipped) == want
-    assert len(list((tmp_path / "__pycache__").glob("taxonomy.*.json"))) == 2
-    assert taxonomy.parse_taxonomy(taxonomy._cached_document(shipped), str(shipped)) == taxonomy._load(shipped)
+    before = sorted(p.name for p in taxonomy.DEFAULT_PATH.parent.rglob("*.json"))
+    taxonomy._default.cache_clear()
+    want = taxonomy.parse_taxonomy(yaml.safe_load(taxonomy.DEFAULT_PATH.read_text()), str(taxonomy.DEFAULT_PATH))
+    assert taxonomy._default() == want
+    assert sorted(p.name for p in taxonomy.DEFAULT_PATH.parent.rglob("*.json")) == before
