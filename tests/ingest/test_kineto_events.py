@@ -137,7 +137,6 @@ def _peak_rss_of_ingest(trace, tmp_path, env=None) -> tuple[int, subprocess.Comp
     return rss, subprocess.CompletedProcess([], rc, "", err)
 
 
-@pytest.mark.slow
 def test_memory_grows_with_what_is_kept_not_with_the_json(tmp_path):
     """A 1 GiB-inflating gzip of one string stays well under 1 GB and is named; a million events of a real trace
     cost the process less than its JSON text and 200 MiB (the reader that held the text took 804 MiB for 311 MiB

@@ -159,25 +159,6 @@ def test_a_quarantined_trace_is_remembered_and_not_read_again(tmp_path):
     assert store.quarantined() == [{"path": str(bad), "reason": store.quarantine_reason(tid)}]
 
 
-def test_a_prefetched_trace_keeps_its_content_address(tmp_path):
-    """`hotshape ingest` of one trace reads and hashes it once, on the prefetch thread: the store files it
-    under the sha256 of its bytes, as for any trace; a file that cannot be read is hashed (and fails) here."""
-    from ingest.tracefile import drop_prefetched, prefetch, prefetched_id
-
-    path = _copy(tmp_path / "t", EAGER)
-    missing = tmp_path / "t" / "missing.json.gz"
-    assert prefetched_id(path) is None
-    prefetch(path)
-    prefetch(missing)
-    try:
-        assert prefetched_id(path) == trace_id_of(path.read_bytes()) and prefetched_id(missing) is None
-        report = TraceStore(tmp_path / "store").ingest([path, missing], jobs=1)
-    finally:
-        drop_prefetched()
-    assert report.parsed == [trace_id_of(path.read_bytes())]
-    assert [u["path"] for u in report.unreadable] == [str(missing)] and "cannot read" in report.unreadable[0]["reason"]
-
-
 def _files(root):
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and "paths" not in p.parts}
