@@ -121,7 +121,6 @@ def read_kineto(path: str | Path, raw: bytes | None = None, trace_id: str | None
     raw = read_trace_file(path) if raw is None else raw
     trace_id = trace_id_of(raw) if trace_id is None else trace_id
     stream, kept = read_pieces(path, lambda: inflate_chunks(path, raw), lambda: _Columns(path))
-    del raw
     base_ns = int(stream.base_time) if stream.base_time is not None else 0
     try:
         activities = _activities(kept.gpu, base_ns)

@@ -17,7 +17,7 @@ from ingest import tracefile
 from ingest.kineto import TraceError
 from ingest.pipeline import read_events
 from tests.conftest import REPO
-from tests.fixtures.cut_trace import load, save
+from tests.fixtures.cut_trace import load
 
 EXAMPLE = REPO / "examples" / "traces" / "qwen3-30b-a3b" / "eager.json.gz"
 
