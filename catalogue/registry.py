@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from catalogue.vocabulary import OPERATOR_TRAITS, TIMING_RULES
+from catalogue.vocabulary import OPERATOR_TRAITS
 from catalogue.work import CATALOGUE_OPERATORS, MODELLED_OPERATORS, OPERATORS, load_work
 from catalogue.work._common import PATHS, Smoke
 
@@ -25,7 +25,6 @@ class OperatorSpec:
     in_catalogue: bool
     order_free_outputs: tuple[str, ...] = ()
     data_dependent_size: bool = False  # output lengths depend on input values (the host must read them)
-    timing_rule: str = TIMING_RULES[0]  # how a timed call's time is measured (catalogue.vocabulary.TIMING_RULES)
     traits: frozenset[str] = frozenset()  # what the work model declares it is (catalogue.vocabulary.OPERATOR_TRAITS)
 
 
@@ -42,17 +41,11 @@ def is_benchmarkable(name: str) -> bool:
 def spec(name: str) -> OperatorSpec:
     """The torch-free description of operator `name`."""
     w = load_work(name)
-    dependent = bool(getattr(w, "DATA_DEPENDENT_SIZE", False))
-    # a call that reads a size back waits for the host mid-call: its span holds that wait (seen on H200:
-    # moe_align_block_size moved up to 4x between runs), so it is timed by device-busy time unless it declares a rule
-    rule = getattr(w, "TIMING_RULE", "device_busy" if dependent else "kernel_span")
-    if rule not in TIMING_RULES:
-        raise ValueError(f"catalogue/work/{name}.py: TIMING_RULE {rule!r} is not one of {', '.join(TIMING_RULES)}")
     return OperatorSpec(name=name, init_keys=tuple(w.INIT_KEYS), input_keys=tuple(w.INPUT_KEYS),
                         outputs=tuple(w.OUTPUTS), inplace=dict(w.INPLACE), tolerance=dict(w.TOLERANCE),
                         smoke=tuple(w.SMOKE), in_catalogue=name in CATALOGUE_OPERATORS,
                         order_free_outputs=tuple(getattr(w, "ORDER_FREE_OUTPUTS", ())),
-                        data_dependent_size=dependent, timing_rule=rule, traits=traits(name))
+                        data_dependent_size=bool(getattr(w, "DATA_DEPENDENT_SIZE", False)), traits=traits(name))
 
 
 @lru_cache(maxsize=None)

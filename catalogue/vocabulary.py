@@ -25,9 +25,9 @@ ATTRIBUTED = ("direct", "graph_capture")
 STAGES = ("compile", "correctness", "adoption", "performance", "done")
 DONE = "done"
 
-# How a timed call's GPU time is measured (docs/reproducibility.md "Measurement rule"): kernel_span, from its first
-# record's start to its last record's end; device_busy, the time at least one of its records runs (the union of
-# their intervals), for an operator whose call waits on a host round trip (an output size read back mid-call).
+# How a timed call's GPU time is measured (results column timing_rule; docs/reproducibility.md "Measurement rule"):
+# kernel_span, from its first record's start to its last record's end (the worker's timing loop); device_busy, the
+# time at least one of its records runs (the union of their intervals; the trusted replay's, host gaps excluded).
 TIMING_RULES = ("kernel_span", "device_busy")
 
 # What an operator's work model declares it is (catalogue/work/<op>.py TRAITS), so that code reads the trait and

@@ -115,6 +115,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.lanes < 1:
         print(f"hotshape eval: --lanes {args.lanes}: at least 1", file=sys.stderr)
         return 2
+    if args.repeat < 1:
+        print(f"hotshape eval: --repeat {args.repeat}: at least 1", file=sys.stderr)
+        return 2
     try:
         release = read_release_view(args.release)  # pyarrow only: GPU machines have no polars
         ops, problems = _csv(args.ops), _csv(args.problems)
@@ -168,6 +171,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
         config.triton_cache = Path(args.triton_cache) if args.triton_cache else default_root()
     config.time_reference = args.time_reference
+    config.repeat = args.repeat
+    config.autotune = args.autotune
+    if args.autotune_store:
+        config.autotune_store = Path(args.autotune_store)
 
     # stderr only, so --json on stdout stays clean; a bar on a terminal, plain lines into a log with --progress
     progress = EvalProgress(chosen) if args.progress or sys.stderr.isatty() else None
@@ -407,6 +414,17 @@ def register(subparsers) -> None:
                    help="compile every kernel afresh in a cache of this run only (a cold run)")
     e.add_argument("--time-reference", action="store_true",
                    help="also time the PyTorch reference (t_reference_s, speedup); scores use the roofline")
+    e.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="time each problem N times (full timings); the row keeps each timing's median "
+                        "(t_repeats_s) and scores their median; score and leaderboard give S_agg an interval "
+                        "from them (docs/reproducibility.md)")
+    e.add_argument("--autotune", choices=("triton", "protocol"), default="triton",
+                   help="protocol: the evaluator times every configuration of each autotuned kernel with its own "
+                        "timing and keeps the choice per file, problem and hardware (docs/reproducibility.md); "
+                        "triton: Triton's autotuner picks (default)")
+    e.add_argument("--autotune-store", metavar="DIR",
+                   help="where --autotune protocol keeps its choices (default: $XDG_CACHE_HOME/hotshape/autotune "
+                        "or ~/.cache/hotshape/autotune); copy it to another machine to score with the same choices")
     e.add_argument("--logs", help="keep each worker's output in this directory")
     e.add_argument("--resume", action="store_true",
                    help="continue the cut run of this submission into --out (problems already judged are kept)")

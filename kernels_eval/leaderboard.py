@@ -10,7 +10,8 @@ import polars as pl
 
 from kernels_eval.report import STYLE
 from kernels_eval.results_verify import ROW_KEY, check_results
-from kernels_eval.score_display import NOT_MEASURED, fmt
+from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
+from kernels_eval.score_interval import not_separated
 from kernels_eval.scoring import score
 
 
@@ -39,12 +40,32 @@ def _rank_key(s: dict) -> tuple:
             -s["rates"]["correct"]["weighted"], s["submission"], s["hardware"])
 
 
+UNSEPARATED = "≈"  # a rank whose S_agg bounds overlap another entry's (score_interval.not_separated)
+
+
 def leaderboard(rows: pl.DataFrame, release, weights_version=None) -> list[dict]:
-    """One entry per (submission, hardware), best first, each with its rank and its score (scoring.score)."""
+    """One entry per (submission, hardware), best first, each with its rank, its score (scoring.score, with its
+    S_agg interval) and `not_separated_from`: the ranks whose S_agg bounds overlap its own."""
     if rows.height == 0:
         return []
     ranked = sorted(score(rows, release, weights_version), key=_rank_key)
-    return [{"rank": i + 1, **s} for i, s in enumerate(ranked)]
+    overlaps = not_separated(ranked)
+    return [{"rank": i + 1, **s, "not_separated_from": [j + 1 for j in overlaps[i]]} for i, s in enumerate(ranked)]
+
+
+def rank_text(entry: dict) -> str:
+    """The rank, marked when the measured spread does not separate it from another entry."""
+    return f"{entry['rank']}{UNSEPARATED if entry.get('not_separated_from') else ''}"
+
+
+def separation_note(entries: list[dict]) -> list[str]:
+    """One line per group of ranks the intervals do not separate, or none."""
+    marked = [e for e in entries if e.get("not_separated_from")]
+    if not marked:
+        return []
+    pairs = sorted({tuple(sorted((e["rank"], r))) for e in marked for r in e["not_separated_from"]})
+    return [f"{UNSEPARATED}: S_agg intervals overlap, the spread measured does not separate ranks "
+            + ", ".join(f"{a} and {b}" for a, b in pairs) + " (docs/reproducibility.md)"]
 
 
 def leaderboard_lines(entries: list[dict]) -> list[str]:
@@ -53,15 +74,17 @@ def leaderboard_lines(entries: list[dict]) -> list[str]:
         return ["no verified rows to rank"]
     phases = list(entries[0]["S_agg_phase"])
     name = max(len(f"{e['submission']}@{e['hardware']}") for e in entries)
-    lines = [f"{'#':>2}  {'submission@hardware':<{name}}  {'S_agg':>12}  "
+    lines = [f"{'#':>3}  {'submission@hardware':<{name}}  {'S_agg':>12}  {'interval':>20}  "
              + "  ".join(f"{'S_' + p:>9}" for p in phases)
              + f"  {'correct (w)':>11}  {'native (w)':>10}  {'evaluated':>9}"]
     for e in entries:
         agg = NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}"
-        lines.append(f"{e['rank']:>2}  {e['submission'] + '@' + e['hardware']:<{name}}  {agg:>12}  "
+        lines.append(f"{rank_text(e):>3}  {e['submission'] + '@' + e['hardware']:<{name}}  {agg:>12}  "
+                     f"{interval_text(e.get('S_agg_interval')):>20}  "
                      + "  ".join(f"{fmt(e['S_agg_phase'][p]):>9}" for p in phases)
                      + f"  {e['rates']['correct']['weighted']:>11.1%}  {e['rates']['native']['weighted']:>10.1%}"
                      f"  {e['evaluated']:>4}/{e['problems']:<4}")
+    lines += separation_note(entries)
     lines += ["", "S_op per operator (heaviest first; columns in rank order):"]
     weights = entries[0]["W_op"]
     ops = sorted(weights, key=lambda op: (-weights[op], op))
@@ -79,11 +102,12 @@ def leaderboard_html(entries: list[dict], title: str) -> str:
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
 
     phases = list(entries[0]["S_agg_phase"]) if entries else []
-    ranking = [row(["#", "submission", "hardware", "S_agg", *(f"S_agg[{p}]" for p in phases), "correct (weighted)",
-                    "native (weighted)", "evaluated"], "th")]
+    ranking = [row(["#", "submission", "hardware", "S_agg", "interval", *(f"S_agg[{p}]" for p in phases),
+                    "correct (weighted)", "native (weighted)", "evaluated"], "th")]
     for e in entries:
-        ranking.append(row([e["rank"], e["submission"], e["hardware"],
+        ranking.append(row([rank_text(e), e["submission"], e["hardware"],
                             NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}",
+                            interval_text(e.get("S_agg_interval")),
                             *(fmt(e["S_agg_phase"][p]) for p in phases), f"{e['rates']['correct']['weighted']:.1%}",
                             f"{e['rates']['native']['weighted']:.1%}", f"{e['evaluated']}/{e['problems']}"]))
     matrix = []
@@ -96,4 +120,5 @@ def leaderboard_html(entries: list[dict], title: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<h2>Ranking</h2><table>{''.join(ranking)}</table>"
+            + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in separation_note(entries)) +
             f"<h2>S_op per operator</h2><table>{''.join(matrix)}</table></body></html>\n")

@@ -55,6 +55,9 @@ RESULTS = pa.schema([
     ("device_index", pa.int32()),
     ("run_sealed", pa.bool_()),
     ("memory_accounting", pa.string()),
+    ("timing_rule", pa.string()),
+    ("t_repeats_s", pa.list_(pa.float64())),
+    ("autotune_config", pa.string()),
 ])
 # Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
 # it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
@@ -70,6 +73,7 @@ RESULTS = pa.schema([
 # (results_key.canonical) and their signatures still verify.
 # run_sealed and memory_accounting came later still, signed only where set like device_index: a sealed run's rows
 # are true, and its seal (row count, digest of its rows) is in the file's schema metadata (results_seal.py).
+# timing_rule, t_repeats_s and autotune_config (docs/reproducibility.md) were added with the same rule.
 # Each column's description and unit, carried in the results file's field metadata (ingest.field_metadata; both
 # imports are pyarrow only, as the evaluator's machine needs); docs/tables.md lists the same.
 COLUMNS = {
@@ -92,9 +96,9 @@ COLUMNS = {
     "error": ("the first failure's reason", ""),
     "max_abs_err": ("largest absolute difference from the reference, in the output's unit", ""),
     "performance_measured": ("false on CPU: nothing is timed there", ""),
-    "t_measured_s": ("median CUPTI kernel span of the judged timed calls", "s"),
-    "t_p10_s": ("10th percentile of those spans", "s"),
-    "t_p90_s": ("90th percentile of those spans", "s"),
+    "t_measured_s": ("median time of the judged timed calls by timing_rule (CUPTI records)", "s"),
+    "t_p10_s": ("10th percentile of those times", "s"),
+    "t_p90_s": ("90th percentile of those times", "s"),
     "n_timed": ("timed calls", "count"),
     "t_roofline_s": ("the problem's roofline time (from the release's sealed roofline at score time)", "s"),
     "roofline_fraction": ("t_roofline_s / t_measured_s (not capped)", "ratio"),
@@ -115,11 +119,19 @@ COLUMNS = {
     "memory_accounting": ("how the worker's host memory was counted: cgroup (the kernel's, memfd and shm included) or "
                           "process (summed RSS plus the memfd/shm files its processes hold; eval --no-memory-cgroup)",
                           ""),
+    "timing_rule": ("how t_measured_s was measured: device_busy (the trusted replay: the union of each call's "
+                    "kernel records, host gaps excluded) or kernel_span (docs/reproducibility.md); null on cpu and "
+                    "in older files", ""),
+    "t_repeats_s": ("median time of each of the problem's full timings in this run (hotshape eval --repeat N; "
+                    "t_measured_s is their median); null with one timing", "s"),
+    "autotune_config": ("configuration the evaluator's autotuning protocol chose, canonical JSON of [kernel, key, "
+                        "config index, config] per autotuned kernel (hotshape eval --autotune protocol); null "
+                        "otherwise", ""),
 }
 RESULTS = described(RESULTS, COLUMNS)
 LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature",
-                 "device_index", "run_sealed", "memory_accounting")
-SIGNED_WHEN_SET = ("device_index", "run_sealed", "memory_accounting")
+                 "device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config")
+SIGNED_WHEN_SET = ("device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config")
 
 
 def timestamp(value) -> datetime | None:

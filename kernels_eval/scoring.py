@@ -1,6 +1,7 @@
 """Scores from stored results: S_i, S_op, S_agg and their variants, stage rates, and the memory/compute split.
 
 S_i = min(1, T_roofline,i / T_measured,i) if compiled, correct and native, else 0 (the median over runs).
+With repeated timings (`eval --repeat N`, or several runs) S_agg and S_op carry an interval (score_interval.py).
 S_op = median of S_i over the operator's problems; S_agg = Σ_op W_op · S_op with W_op = Σ_i∈op w_i.
 A release problem with no result scores 0 and counts as not compiled. T_roofline,i is the release's sealed
 roofline of the problem on the row's hardware, never the results' own column. When no row was timed (a CPU
@@ -161,8 +162,10 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
     }
 
 
-def score(results: pl.DataFrame, release, weights_version: int | str | None = None) -> list[dict]:
-    """One score per (submission, hardware) in the results, under the release's weights (default: latest)."""
+def score(results: pl.DataFrame, release, weights_version: int | str | None = None,
+          intervals: bool = True) -> list[dict]:
+    """One score per (submission, hardware) in the results, under the release's weights (default: latest); with
+    `intervals`, each with S_agg_interval and S_op_interval from its repeated timings (score_interval.py)."""
     weights = release.weights(weights_version)
     version = weights_version if weights_version is not None else release.versions[-1]
     per_problem = problem_scores(with_release_roofline(results, release))
@@ -174,4 +177,8 @@ def score(results: pl.DataFrame, release, weights_version: int | str | None = No
         out.append({"submission": submission, "weights_version": f"v{str(version).lstrip('v')}",
                     **score_one(group, release.manifest, weights, hardware),
                     "unsandboxed_rows": int(unsandboxed.get((submission, hardware), 0))})
+    if intervals:
+        from kernels_eval.score_interval import with_intervals
+
+        out = with_intervals(out, results, release, weights_version)
     return out

@@ -25,6 +25,7 @@ from pathlib import Path
 from kernels_eval import physics, registry
 from kernels_eval.harness import adoption, channel, limits, observe, safe_io, sanitize
 from kernels_eval.harness.compare import compare_outputs, named_outputs, unchanged_inputs
+from kernels_eval.harness.autotune_protocol import DEFAULT_BUDGET, Budget
 from kernels_eval.harness.judge import Recorded, Replayer
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
@@ -76,6 +77,13 @@ class EvalConfig:
     sample_gb: float = 1.0  # device memory the kept outputs may take; fewer are kept beyond it
     time_reference: bool = False  # also time the PyTorch reference (t_reference_s, speedup); scores use
     # the roofline, and timing the reference cost a full timing per problem
+    # full timings per problem (`eval --repeat N`): t_repeats_s keeps each one's median, t_measured_s their median
+    repeat: int = 1
+    # "protocol": the evaluator's autotuning protocol chooses each autotuned kernel's configuration before timing
+    # (harness/autotune_protocol.py, kept under autotune_store); "triton": Triton's own autotuner picks it
+    autotune: str = "triton"
+    autotune_store: Path | None = None  # None: autotune_protocol.default_root()
+    autotune_budget: Budget = DEFAULT_BUDGET
     run: int = 0
     device_index: int | None = None  # the CUDA device of this worker and its references (`evaluate(devices=)`)
     hardware: str | None = None
@@ -387,6 +395,92 @@ class OperatorJudge:
         return self._performance(v, model, pending)
 
     def _performance(self, v: Verdict, model, pending: dict) -> Verdict:
+        """The performance stage: with `config.autotune` "protocol", the configuration the autotuning protocol
+        chose (`_autotune`) is pinned and the call's program recorded again with it; then `config.repeat` full
+        timings by the trusted replay (`_replayed`); t_measured_s is the median of their medians, each kept in
+        t_repeats_s when there are several."""
+        import statistics
+
+        from kernels_eval.harness.autotune_protocol import ProtocolError, row_text
+
+        if self.config.autotune == "protocol":
+            try:
+                record = self._autotune(model, pending)
+                pins = record.pins()
+                if pins:
+                    program = self._record_program(model, pending["shape"], pins)
+                    if program is None:
+                        raise ProtocolError("the call with the chosen configurations failed or was wrong")
+                    pending = {**pending, "recorded": [program]}
+            except (ProtocolError, WorkerDied) as exc:
+                return self._fail(v, "performance", f"autotuning protocol failed: {exc}")
+            v.autotune_config = row_text(record)
+        medians, n_timed = [], 0
+        for _ in range(max(1, int(self.config.repeat))):
+            v = self._replayed(v, model, pending)
+            if v.stage != "done":
+                return v
+            medians.append(v.t_measured_s)
+            n_timed += v.n_timed or 0
+        if len(medians) > 1:
+            v.update(t_repeats_s=medians, t_measured_s=statistics.median(medians), n_timed=n_timed)
+        v.timing_rule = TIMING_RULE
+        if self.config.time_reference:
+            v.t_reference_s = self._reference_time(model, pending["shape"][1])
+        return v
+
+    def _record_program(self, model, shape: tuple[dict, dict], pins: dict) -> Recorded | None:
+        """The call's launch program recorded by one judged worker call with `pins` (kernel -> key -> config
+        index) pinned; None when the call fails or its outputs are wrong."""
+        init_kwargs, input_kwargs = shape
+        self._ensure_init(init_kwargs)
+        reply, failures, _ = self._judged_call(model, init_kwargs, input_kwargs, poison=True, record=True, pins=pins)
+        if not reply.get("ok") or failures or self.tamper:
+            return None
+        return Recorded(reply.get("program"), self.last_seed)
+
+    def _autotune(self, model, pending: dict):
+        """The autotuning protocol's record for this file on the pending shape: the kept one, else decided now
+        (harness/autotune_sweep.py: discovery in this judge's worker, each configuration recorded there and timed
+        by the trusted replay with the protocol's budget) and kept."""
+        from dataclasses import replace as with_values
+
+        from kernels_eval.harness import autotune_protocol as protocol
+        from kernels_eval.harness.autotune_sweep import sweep
+        from kernels_eval.harness.triton_cache import triton_version
+
+        init_kwargs, input_kwargs = shape = pending["shape"]
+        store = protocol.ChoiceStore(self.config.autotune_store or protocol.default_root())
+        problem = "s" + hashlib.sha256((_shape_text(init_kwargs) + _shape_text(input_kwargs)).encode()).hexdigest()[:16]
+        keys = {"triton": triton_version(), "file_sha256": file_sha256(self.file),
+                "hardware": re.sub(r"[^A-Za-z0-9._-]", "_", self.config.hardware or "unknown"), "problem_id": problem}
+        record = store.load(**keys)
+        if record is not None:
+            return record
+        budget = self.config.autotune_budget
+        self._ensure_init(init_kwargs)
+
+        def replay(program: Recorded):
+            outcome = self.replayer.reproduce(self.operator, self.spec,
+                                              lambda seed: self._expected(model, input_kwargs, seed), input_kwargs,
+                                              [program], pending["state"], time_seeds=2)
+            if not outcome.native or outcome.timed_wrong or not outcome.times_s:
+                return None
+            return outcome.times_s, outcome.kernel_us
+
+        began = time.monotonic()
+        kept, self.replayer.config = self.replayer.config, with_values(
+            self.replayer.config, timing_budget_s=budget.budget_s, timing_max_calls=budget.max_calls)
+        try:
+            record = sweep(lambda: self._request({"cmd": "sweep", "input_kwargs": input_kwargs, "pins": {}}),
+                           lambda pins: self._record_program(model, shape, pins), replay, budget, **keys)
+        finally:
+            self.replayer.config = kept
+        store.save(record)
+        self._clock("autotune", began)
+        return record
+
+    def _replayed(self, v: Verdict, model, pending: dict) -> Verdict:
         """Adoption and time from the trusted replay (harness/judge.py, harness/replay.py): the recorded program
         must reproduce the reference on fresh inputs, and its time is the median over the replayed timed calls
         of the sum of each call's kernel durations (CUPTI, in the replay's own process). The outputs of each
@@ -410,8 +504,6 @@ class OperatorJudge:
         q = quantiles(outcome.times_s)
         v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(outcome.times_s),
                  kernel_us=outcome.kernel_us or {}, max_abs_err=max(v.max_abs_err or 0.0, outcome.max_abs_err))
-        if self.config.time_reference:
-            v.t_reference_s = self._reference_time(model, input_kwargs)
         v.stage = "done"
         return v
 
@@ -790,6 +882,11 @@ def _row_device(config: EvalConfig) -> int | None:
 # waited 90 s in all (`warm_wait`, over a third of the catalogue's 103 problems) for workers whose start, CUDA
 # context and first profiler start take ~12 s, longer than a small operator's checks.
 LANE_AHEAD = 2
+# What a replayed call's time is (catalogue.vocabulary.TIMING_RULES): the union of its kernels' records (on the
+# replay's one stream, the sum of their durations). A recorded program runs no host code, so an operator whose
+# call reads a size back mid-call (moe_align_block_size) is timed without that round trip, on the inputs its
+# program was recorded on (docs/reproducibility.md "Measurement rule").
+TIMING_RULE = "device_busy"
 TIMING_SETS = 8  # fresh input sets a replay's timing may rotate through (fewer where they exceed its memory cap)
 
 
@@ -999,7 +1096,7 @@ def result_row(base: dict, p: Problem, v: Verdict | dict, sha: str | None, t_roo
     v = as_verdict(v)
     refused = physics.refusal(v.t_measured_s, t_roof)
     if refused:  # never a time under the roofline in a row: the numbers go into the refusal's text
-        v = replace(v, stage="performance", error=refused, t_measured_s=None, t_p10_s=None, t_p90_s=None,
+        v = replace(v, stage="performance", error=refused, t_measured_s=None, t_p10_s=None, t_p90_s=None, t_repeats_s=[],
                     t_event_s=v.t_event_s if not physics.below_roofline(v.t_event_s, t_roof) else None)
     t, ref = v.t_measured_s, v.t_reference_s
     return sanitize.row({**base, "problem_id": p.problem_id, "operator": p.operator, "file_sha256": sha,
@@ -1010,7 +1107,8 @@ def result_row(base: dict, p: Problem, v: Verdict | dict, sha: str | None, t_roo
             "t_measured_s": t, "t_p10_s": v.t_p10_s, "t_p90_s": v.t_p90_s, "n_timed": v.n_timed,
             "t_roofline_s": t_roof, "roofline_fraction": (t_roof / t) if (t and t_roof) else None,
             "t_reference_s": ref, "speedup": (ref / t) if (t and ref) else None, "eval_s": v.eval_s,
-            "t_event_s": v.t_event_s, "key_id": None, "signature": None})
+            "t_event_s": v.t_event_s, "timing_rule": v.timing_rule, "t_repeats_s": list(v.t_repeats_s) or None,
+            "autotune_config": v.autotune_config, "key_id": None, "signature": None})
 
 
 def _free_device_memory(device: str) -> None:

@@ -67,7 +67,8 @@ def row(values: dict) -> dict:
     out = {}
     for name, value in values.items():
         if isinstance(value, str):
-            out[name] = clean(value, TEXT_CHARS if name == "error" else NAME_CHARS * 2, lines=name == "error")
+            long = name in ("error", "autotune_config")  # a configuration per autotuned kernel: JSON kept whole
+            out[name] = clean(value, TEXT_CHARS if long else NAME_CHARS * 2, lines=name == "error")
         elif isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
             out[name] = clean_list(value)
         else:

@@ -26,6 +26,9 @@ class Verdict:
     n_timed: int | None = None
     t_reference_s: float | None = None  # the PyTorch reference, timed alike (EvalConfig.time_reference)
     t_event_s: float | None = None  # median CUDA-event time of the same timed calls
+    timing_rule: str | None = None  # the rule t_measured_s was measured by (catalogue.vocabulary.TIMING_RULES)
+    t_repeats_s: list[float] = field(default_factory=list)  # each full timing's median (eval --repeat N > 1)
+    autotune_config: str | None = None  # the autotuning protocol's choice (autotune_protocol.row_text)
     sm_clock_mhz: int | None = None
     timed_samples: int | None = None  # outputs of timed calls judged
     samples_skipped: str | None = None

@@ -225,6 +225,9 @@ class Worker:
 
                 self.benchmarks = shorter_benchmarks(*(float(x) for x in msg.get("autotune_bench_ms") or
                                                        TRITON_BENCH_MS))
+            from kernels_eval.harness import autotune_pins  # before the snapshot too: Autotuner.run is GUARDED
+
+            autotune_pins.install()
             took["init_setup"] = time.perf_counter() - began
             began = time.perf_counter()
             if self.device == "cuda" and not self.markers_loaded:
@@ -274,6 +277,7 @@ class Worker:
 
     def call(self, msg: dict) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
+        _pin(msg)  # the autotuning protocol's configurations, where the parent names them
         if self.device == "cuda":
             return self.call_gpu(msg)
         torch = self.torch
@@ -346,6 +350,7 @@ class Worker:
         self.kept, self.inputs = [], None
         self.channel.sent = set()  # each call reports what it does (CPU calls reset it in Observer.begin)
         torch.cuda.ipc_collect()
+        _pin(msg)
         took = {}
         if msg.get("tune"):  # a shape's first judged call: its compiling and autotuning happen unrecorded first
             took["tune"] = self._untimed_call(msg["input_kwargs"])
@@ -402,6 +407,7 @@ class Worker:
         self.kept, self.inputs = [], None
         self.channel.sent = set()
         torch.cuda.ipc_collect()
+        _pin(msg)
         tune_s = self._untimed_call(msg["input_kwargs"]) if msg.get("tune", True) else 0.0
         setup0 = time.perf_counter()
         counter = [int(msg["seed"])]
@@ -484,6 +490,22 @@ class Worker:
                 "host_s": host_s, "sets": n_sets,
                 "sm_clock_mhz": clock, "records": records, "launches": launches, "samples": exported,
                 "samples_skipped": skipped[0] if skipped else None, "filled_bytes": filled, "took_s": took}
+
+    def sweep(self, msg: dict) -> dict:
+        """The worker's half of the evaluator's autotuning protocol (harness/autotune_sweep.py): one untimed call
+        that reports which (kernel, key) it tuned, the configurations the autotuner's own pruning keeps for it
+        and the one that ran. Each configuration is then recorded by a `call` with it pinned (`pins`) and timed
+        by the trusted replay, never here."""
+        from kernels_eval.harness import autotune_pins
+
+        self.kept, self.inputs = [], None
+        _pin(msg)
+        autotune_pins.Watch.start()
+        try:
+            tune_s = self._untimed_call(msg["input_kwargs"])
+        finally:
+            tuned = autotune_pins.Watch.stop()
+        return {"ok": True, "tuned": tuned, "took_s": {"sweep_discover": tune_s}}
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
@@ -584,6 +606,15 @@ class Worker:
             raise TamperError(f"the submission replaced {', '.join(changed)} during {when}")
 
 
+def _pin(msg: dict) -> None:
+    """Pin the configurations a command names (kernel -> key -> index: autotune_pins.PINS), none when it names none."""
+    from kernels_eval.harness import autotune_pins
+
+    autotune_pins.PINS.clear()
+    for kernel, keys in (msg.get("pins") or {}).items():
+        autotune_pins.PINS[str(kernel)] = {str(k): int(i) for k, i in keys.items()}
+
+
 class TamperError(RuntimeError):
     """The candidate patched a function the evaluation relies on."""
 
@@ -627,7 +658,8 @@ def main() -> int:
         except EOFError:
             return 0
         try:
-            handler = {"warm": worker.warm, "init": worker.init, "call": worker.call, "time": worker.time}[msg["cmd"]]
+            handler = {"warm": worker.warm, "init": worker.init, "call": worker.call, "time": worker.time,
+                       "sweep": worker.sweep}[msg["cmd"]]
             reply = handler(msg)
         except BaseException as exc:  # noqa: BLE001 - a candidate's failure of any kind is reported, not raised
             if isinstance(exc, KeyboardInterrupt):

@@ -138,9 +138,3 @@ def test_plan_refuses_an_unreplayable_or_kernel_less_program():
     empty = encode(LaunchProgram(kernels=(), steps=(), outputs={}))
     assert "no @triton.jit kernel" in plan([Recorded(empty, 1)], False)[1]
     assert "malformed" in plan([Recorded({"kind": "LaunchProgram"}, 1)], False)[1]
-def test_only_the_data_dependent_operator_is_timed_by_busy_time():
-    from catalogue.registry import operator_names, spec
-
-    rules = {op: spec(op).timing_rule for op in operator_names()}
-    assert {op for op, rule in rules.items() if rule == "device_busy"} == {
-        op for op in rules if spec(op).data_dependent_size} == {"moe_align_block_size"}

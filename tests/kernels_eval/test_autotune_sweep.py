@@ -1,0 +1,189 @@
+"""The parent's half of the autotuning protocol (harness/autotune_sweep.py) and its place in the judge
+(`OperatorJudge._performance`): each configuration recorded with it pinned and timed by the replay; the choice from
+the kernel's own time; configurations that fail or are wrong not eligible; the kept record reused without a
+sweep; `--repeat N` timings; hostile worker text refused. The replay process itself is tested on its own
+(test_replay_protocol.py); here its answers are scripted per pinned configuration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernels_eval.harness import autotune_sweep
+from kernels_eval.harness.autotune_protocol import Budget, ChoiceStore, ProtocolError
+
+torch = pytest.importorskip("torch")
+
+from kernels_eval.harness import runner  # noqa: E402
+from kernels_eval.harness.judge import Outcome, Recorded  # noqa: E402
+from kernels_eval.harness.verdict import Verdict  # noqa: E402
+
+KEY = "(64, 'torch.float32')"
+TUNED = {"ok": True, "tuned": [{"kernel": "gemm", "key": KEY, "indices": [0, 2, 5],
+                                "configs": ["BLOCK: 16", "BLOCK: 32", "BLOCK: 64"], "used": 2},
+                               {"kernel": "single", "key": "(1,)", "indices": [0], "configs": ["W: 4"], "used": 0}]}
+KEYS = {"file_sha256": "ab" * 32, "problem_id": "s1", "hardware": "H200", "triton": "3.6.0"}
+
+
+def scripted(us_by_index: dict[int, list[float]], wrong=(), unreplayable=()):
+    """(record, replay) answering per pinned configuration: its own µs per call in each successive round."""
+    rounds: dict[int, int] = {}
+    recorded = []
+
+    def record(pins):
+        index = pins["gemm"][KEY]
+        recorded.append(pins)
+        return None if index in wrong else Recorded({"index": index}, 7)
+
+    def replay(program):
+        index = program.program["index"]
+        if index in unreplayable:
+            return None
+        k = rounds[index] = rounds.get(index, -1) + 1
+        us = us_by_index[index][k]
+        return [us * 3e-6], {"gemm": us, "other": 50.0}
+
+    return record, replay, recorded
+
+
+def test_the_sweep_times_each_pinned_configuration_and_chooses_inside_the_band():
+    # config 5 is fastest by 1% (inside the 2% band): config 2, earlier in the autotuner's order, is chosen
+    record, replay, recorded = scripted({0: [2.6] * 3, 2: [2.02, 2.0, 2.03], 5: [2.0, 1.99, 2.0]})
+    result = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS)
+    assert recorded == [{"gemm": {KEY: 0}}, {"gemm": {KEY: 2}}, {"gemm": {KEY: 5}}]
+    (gemm,) = result.kernels  # "single" has one configuration: nothing to decide
+    assert gemm.chosen == 2 and gemm.chosen_config == "BLOCK: 32" and gemm.measure == "kernel"
+    assert gemm.figure_s == {0: pytest.approx(2.6e-6), 2: pytest.approx(2.02e-6), 5: pytest.approx(2.0e-6)}
+    assert gemm.rounds_s[2] == pytest.approx([2.02e-6, 2.0e-6, 2.03e-6])
+    assert result.pins() == {"gemm": {KEY: 2}}
+
+
+def test_a_wrong_or_unreplayable_configuration_is_never_chosen():
+    record, replay, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, wrong={0})
+    assert autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).pins() == {"gemm": {KEY: 5}}
+    record, replay, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, unreplayable={0, 5})
+    assert autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).pins() == {"gemm": {KEY: 2}}
+    record, replay, _ = scripted({}, wrong={0, 2, 5})
+    with pytest.raises(ProtocolError, match="kernel gemm at key .*: no configuration was measured"):
+        autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS)
+    with pytest.raises(ProtocolError, match="the discovery call failed: boom"):
+        autotune_sweep.sweep(lambda: {"ok": False, "error": "boom"}, record, replay, Budget(), **KEYS)
+
+
+@pytest.mark.parametrize("tuned, why", [
+    ([{"kernel": "g\x1b[31m", "key": "(1,)", "indices": [0, 1], "configs": ["a", "b"]}], "kernel name"),
+    ([{"kernel": "g", "key": "k" * 401, "indices": [0, 1], "configs": ["a", "b"]}], "tuning key"),
+    ([{"kernel": "g", "key": "(1,)", "indices": [0, 0], "configs": ["a", "b"]}], "indices are malformed"),
+    ([{"kernel": "g", "key": "(1,)", "indices": [0, True], "configs": ["a", "b"]}], "indices are malformed"),
+    ([{"kernel": "g", "key": "(1,)", "indices": [0], "configs": ["a", "b"]}], "indices are malformed"),
+    ("not a list", "tuned list"),
+])
+def test_hostile_discovery_replies_are_refused(tuned, why):
+    with pytest.raises(ProtocolError, match=why):
+        autotune_sweep.tuned_kernels({"tuned": tuned})
+
+
+class FakeReplayer:
+    """The replay's answers: µs per call of `gemm` by the configuration the recorded program was pinned with."""
+
+    def __init__(self, config, us: dict[int, float], repeats: list[float] = ()) -> None:
+        self.config, self.us, self.repeats, self.timed = config, us, list(repeats), []
+
+    def reproduce(self, operator, spec, expected, input_kwargs, recorded, state, time_seeds=0):
+        (program,) = recorded
+        index = program.program["pins"].get("gemm", {}).get(KEY)
+        self.timed.append((index, time_seeds, self.config.timing_budget_s))
+        if self.repeats and time_seeds == runner.TIMING_SETS:
+            t = self.repeats.pop(0)
+            return Outcome(native=True, times_s=[t] * 5, kernel_us={"gemm": t * 1e6})
+        us = self.us[index]
+        return Outcome(native=True, times_s=[us * 1e-6] * 5, kernel_us={"gemm": us})
+
+    def close(self):
+        pass
+
+
+class Judge(runner.OperatorJudge):
+    """An rms_norm judge whose worker answers the discovery from a script and records each call's pins as its
+    program, and whose replay is a FakeReplayer."""
+
+    def __init__(self, tmp_path, config, replayer) -> None:
+        tmp_path.mkdir(exist_ok=True)
+        (tmp_path / "rms_norm.py").write_text("# the candidate file the protocol keys its choice by\n")
+        super().__init__("rms_norm", tmp_path / "rms_norm.py", config, tmp_path, replayer=replayer)
+        self.sent = []
+
+    def _ensure_init(self, init_kwargs):
+        pass
+
+    def _request(self, message, timeout_s=None):
+        self.sent.append(message)
+        assert message["cmd"] == "sweep"
+        return TUNED
+
+    def _judged_call(self, model, init_kwargs, input_kwargs, **flags):
+        self.sent.append({"cmd": "call", **flags})
+        self.last_seed = 7
+        return {"ok": True, "program": {"pins": flags.get("pins", {})}}, [], 0.0
+
+
+SHAPE = ({"eps": 1e-6}, {"token_count": 4, "hidden_size": 64})
+PENDING = {"shape": SHAPE, "recorded": [Recorded({"pins": {}}, 3)], "state": {}}
+
+
+def perform(judge) -> Verdict:
+    v = Verdict(stage="performance", compiled=True, correct=True, native=True)
+    try:
+        return judge._performance(v, judge.reference.Model(**SHAPE[0]), PENDING)
+    finally:
+        judge.close()
+
+
+def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_path):
+    store = tmp_path / "store"
+    config = runner.EvalConfig(device="cpu", autotune="protocol", autotune_store=store, hardware="H200")
+    replayer = FakeReplayer(config, {0: 2.6, 2: 2.5, 5: 2.0, None: 9.0})
+    v = perform(Judge(tmp_path / "a", config, replayer))
+    assert v.stage == "done", v.error
+    assert json.loads(v.autotune_config) == [["gemm", KEY, 5, "BLOCK: 64"]]
+    assert v.t_measured_s == pytest.approx(2.0e-6) and v.timing_rule == "device_busy"
+    # the sweep's replays ran with the protocol's budget, 3 rounds of 3 configurations; the timing with the run's
+    assert [t for t in replayer.timed if t[2] == Budget().budget_s] == [(i, 2, 0.02) for i in (0, 2, 5)] * 3
+    assert replayer.timed[-1] == (5, runner.TIMING_SETS, config.timing_budget_s)
+    kept = list(store.rglob("*.json"))
+    assert len(kept) == 1 and kept[0].parent.name == "H200"
+    # a second run of the same file, shape and hardware: no discovery, no sweep, the same choice timed
+    again = Judge(tmp_path / "b", config, FakeReplayer(config, {5: 2.1}))
+    v2 = perform(again)
+    assert [m["cmd"] for m in again.sent] == ["call"] and again.sent[0]["pins"] == {"gemm": {KEY: 5}}
+    assert v2.autotune_config == v.autotune_config and v2.t_measured_s == pytest.approx(2.1e-6)
+    (triton_dir,) = store.iterdir()
+    assert ChoiceStore(store).load(triton_dir.name.removeprefix("triton-"), kept[0].parents[1].name, "H200",
+                                   kept[0].stem).pins() == {"gemm": {KEY: 5}}
+
+
+def test_repeat_keeps_each_timings_median_and_scores_their_median(tmp_path):
+    config = runner.EvalConfig(device="cpu", repeat=3)
+    replayer = FakeReplayer(config, {}, repeats=[4e-6, 6e-6, 5e-6])
+    v = perform(Judge(tmp_path / "r", config, replayer))
+    assert v.stage == "done", v.error
+    assert v.t_repeats_s == pytest.approx([4e-6, 6e-6, 5e-6]) and v.t_measured_s == pytest.approx(5e-6)
+    assert v.n_timed == 15 and v.autotune_config is None
+    problem = runner.Problem({"problem_id": "p", "operator": "rms_norm", "init_kwargs": "{}", "input_kwargs": "{}"})
+    row = runner.result_row({}, problem, v, None, 1e-6, "cuda")
+    assert row["t_repeats_s"] == pytest.approx([4e-6, 6e-6, 5e-6]) and row["timing_rule"] == "device_busy"
+    one = perform(Judge(tmp_path / "one", runner.EvalConfig(device="cpu"), FakeReplayer(config, {}, [4e-6])))
+    assert one.t_repeats_s == [] and runner.result_row({}, problem, one, None, None, "cuda")["t_repeats_s"] is None
+
+
+def test_a_failed_protocol_fails_the_problem_at_performance_with_the_reason(tmp_path):
+    config = runner.EvalConfig(device="cpu", autotune="protocol", autotune_store=tmp_path / "store", hardware="H200")
+
+    class Failing(Judge):
+        def _request(self, message, timeout_s=None):
+            return {"ok": False, "error": "RuntimeError: boom"}
+
+    v = perform(Failing(tmp_path / "f", config, FakeReplayer(config, {})))
+    assert v.stage == "performance" and v.error == ("autotuning protocol failed: the discovery call failed: "
+                                                    "RuntimeError: boom")
