@@ -411,7 +411,8 @@ class OperatorJudge:
                     program = self._record_program(model, pending["shape"], pins)
                     if program is None:
                         raise ProtocolError("the call with the chosen configurations failed or was wrong")
-                    pending = {**pending, "recorded": [program]}
+                    # the program refers to the init-time state of the worker that recorded it
+                    pending = {**pending, "recorded": [program], "state": self.state}
             except (ProtocolError, WorkerDied) as exc:
                 return self._fail(v, "performance", f"autotuning protocol failed: {exc}")
             v.autotune_config = row_text(record)
@@ -463,7 +464,7 @@ class OperatorJudge:
         def replay(program: Recorded):
             outcome = self.replayer.reproduce(self.operator, self.spec,
                                               lambda seed: self._expected(model, input_kwargs, seed), input_kwargs,
-                                              [program], pending["state"], time_seeds=2)
+                                              [program], self.state, time_seeds=2)  # the recording worker's
             if not outcome.native or outcome.timed_wrong or not outcome.times_s:
                 return None
             return outcome.times_s, outcome.kernel_us

@@ -88,12 +88,13 @@ class FakeReplayer:
     """The replay's answers: µs per call of `gemm` by the configuration the recorded program was pinned with."""
 
     def __init__(self, config, us: dict[int, float], repeats: list[float] = ()) -> None:
-        self.config, self.us, self.repeats, self.timed = config, us, list(repeats), []
+        self.config, self.us, self.repeats, self.timed, self.states = config, us, list(repeats), [], []
 
     def reproduce(self, operator, spec, expected, input_kwargs, recorded, state, time_seeds=0):
         (program,) = recorded
         index = program.program["pins"].get("gemm", {}).get(KEY)
         self.timed.append((index, time_seeds, self.config.timing_budget_s))
+        self.states.append(state)
         if self.repeats and time_seeds == runner.TIMING_SETS:
             t = self.repeats.pop(0)
             return Outcome(native=True, times_s=[t] * 5, kernel_us={"gemm": t * 1e6})
@@ -115,7 +116,7 @@ class Judge(runner.OperatorJudge):
         self.sent = []
 
     def _ensure_init(self, init_kwargs):
-        pass
+        self.state = {"snapshot": "of this judge's worker"}  # its Model's init-time state, as `_init` keeps it
 
     def _request(self, message, timeout_s=None):
         self.sent.append(message)
@@ -129,7 +130,7 @@ class Judge(runner.OperatorJudge):
 
 
 SHAPE = ({"eps": 1e-6}, {"token_count": 4, "hidden_size": 64})
-PENDING = {"shape": SHAPE, "recorded": [Recorded({"pins": {}}, 3)], "state": {}}
+PENDING = {"shape": SHAPE, "recorded": [Recorded({"pins": {}}, 3)], "state": {"snapshot": "of the checks' worker"}}
 
 
 def perform(judge) -> Verdict:
@@ -151,6 +152,8 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     # the sweep's replays ran with the protocol's budget, 3 rounds of 3 configurations; the timing with the run's
     assert [t for t in replayer.timed if t[2] == Budget().budget_s] == [(i, 2, 0.02) for i in (0, 2, 5)] * 3
     assert replayer.timed[-1] == (5, runner.TIMING_SETS, config.timing_budget_s)
+    # every program recorded with a pin is replayed with the state of the worker that recorded it
+    assert replayer.states == [{"snapshot": "of this judge's worker"}] * 10
     kept = list(store.rglob("*.json"))
     assert len(kept) == 1 and kept[0].parent.name == "H200"
     # a second run of the same file, shape and hardware: no discovery, no sweep, the same choice timed
@@ -187,3 +190,16 @@ def test_a_failed_protocol_fails_the_problem_at_performance_with_the_reason(tmp_
     v = perform(Failing(tmp_path / "f", config, FakeReplayer(config, {})))
     assert v.stage == "performance" and v.error == ("autotuning protocol failed: the discovery call failed: "
                                                     "RuntimeError: boom")
+
+
+def test_repeat_below_one_is_refused_before_anything_is_read(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "eval", str(tmp_path), "--release",
+                           str(tmp_path / "none"), "--repeat", "0", "--out", str(tmp_path / "r.parquet")],
+                          capture_output=True, text=True, timeout=300, cwd=repo, check=False)
+    assert done.returncode == 2 and done.stderr.strip() == "hotshape eval: --repeat 0: at least 1"
+    assert not (tmp_path / "r.parquet").exists()
