@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kernels_eval.score_display import NOT_MEASURED, fmt
+from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
          "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}td:first-child,th:first-child"
@@ -99,7 +99,8 @@ def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str) -> s
         agg = NOT_MEASURED if s["S_agg"] is None else f"{s['S_agg']:.4f}"
         parts += [f"<h2>{html.escape(s['submission'])} on {html.escape(s['hardware'])} "
                   f"(weights {s['weights_version']})</h2>",
-                  f"<p>S_agg <b>{agg}</b>; {s['evaluated']}/{s['problems']} problems evaluated; correct on "
+                  f"<p>S_agg <b>{agg}</b> (interval over repeats: {interval_text(s.get('S_agg_interval'))}); "
+                  f"{s['evaluated']}/{s['problems']} problems evaluated; correct on "
                   f"{s['rates']['correct']['weighted']:.1%} and native on {s['rates']['native']['weighted']:.1%} "
                   f"of the weight.</p>", _table(s), contribution_plot(s), roofline_plot(per_problem, s)]
     return "\n".join(parts) + "\n</body></html>\n"

@@ -103,3 +103,12 @@ def test_the_leaderboard_marks_the_ranks_the_intervals_do_not_separate():
     assert ranked[0].lstrip().startswith(f"1{UNSEPARATED}") and ranked[1].lstrip().startswith(f"2{UNSEPARATED}")
     assert ranked[2].lstrip().startswith("3 ")
     assert f"{UNSEPARATED}: S_agg intervals overlap, the spread measured does not separate ranks 1 and 2 (docs/reproducibility.md)" in lines
+
+
+def test_the_html_report_states_the_interval():
+    from kernels_eval.report import score_report
+    from kernels_eval.scoring import problem_scores
+
+    rows = frame(repeated(REPEATS))
+    (s,) = score(rows, FakeRelease({1: V1}))
+    assert "interval over repeats: [0.2300, 0.3400] x3" in score_report([s], problem_scores(rows), "scores")
