@@ -45,14 +45,10 @@ def repeat_results(results: pl.DataFrame, k: int, times: dict[tuple, list]) -> p
     return pl.DataFrame(rows, schema=results.schema)
 
 
-def with_intervals(scores: list[dict], results: pl.DataFrame, release, weights_version=None) -> list[dict]:
+def with_intervals(scores: list[dict], results: pl.DataFrame, release, weights_version, score) -> list[dict]:
     """`scores` (scoring.score over `results`) each given `S_agg_interval` ({lo, hi, repeats, per_repeat} or None)
-    and `S_op_interval` ({op: [lo, hi]} or None), from the per-repeat scores of its (submission, hardware)."""
-    from kernels_eval.scoring import score as plain
-
-    def score(rows, release, version):
-        return plain(rows, release, version, intervals=False)
-
+    and `S_op_interval` ({op: [lo, hi]} or None), from the per-repeat scores of its (submission, hardware);
+    `score(rows, release, version)` scores one repeat's rows (scoring passes its own, without intervals)."""
     if results.height == 0:
         return [{**s, "S_agg_interval": None, "S_op_interval": None} for s in scores]
     times = timings(results)

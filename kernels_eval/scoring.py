@@ -19,6 +19,7 @@ import polars as pl
 from catalogue.hardware import load_hardware
 from catalogue.roofline import problem_roofline
 from catalogue.vocabulary import PHASES
+from kernels_eval.score_interval import with_intervals
 
 DEFAULT_BOUND_HARDWARE = "H200"
 
@@ -178,7 +179,6 @@ def score(results: pl.DataFrame, release, weights_version: int | str | None = No
                     **score_one(group, release.manifest, weights, hardware),
                     "unsandboxed_rows": int(unsandboxed.get((submission, hardware), 0))})
     if intervals:
-        from kernels_eval.score_interval import with_intervals
-
-        out = with_intervals(out, results, release, weights_version)
+        out = with_intervals(out, results, release, weights_version,
+                             lambda rows, rel, ver: score(rows, rel, ver, intervals=False))
     return out

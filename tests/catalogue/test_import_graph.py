@@ -18,11 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("catalogue", "ingest", "weighting", "release", "flow", "kernels_eval", "pipelines")
 HEAVY = {"torch", "triton"}
 MODULE_REASON = "# Imports inside functions:"
-# Circles another change is taking apart; listed here so that the check holds for everything else meanwhile.
-KNOWN_CIRCLES = [
-    # the Kineto reader's forked helper (issue 43, item 2: one plain Kineto reader)
-    ["ingest.kineto_fields", "ingest.kineto_json", "ingest.kineto_split", "ingest.tracefile"],
-]
 
 
 @dataclass(frozen=True)
@@ -164,7 +159,7 @@ GRAPH = import_graph(REPO)
 
 
 def test_no_import_circle():
-    assert [c for c in circles(GRAPH) if c not in KNOWN_CIRCLES] == []
+    assert circles(GRAPH) == []
 
 
 def test_no_hidden_import_between_packages_without_a_reason():
