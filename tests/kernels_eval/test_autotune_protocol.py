@@ -204,3 +204,69 @@ def test_a_pinned_configuration_runs_and_the_call_reports_what_its_autotuner_wou
         ("fill_block", "(40, 'torch.int32')", [0, 1, 2, 3], 3)]  # the candidate's pruning drops BLOCK 64 at n=40
     assert first[0]["configs"][2].startswith("BLOCK: 32, num_warps: 1")
     assert got["100/5"]["tuned"][0]["indices"] == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_worker_wraps_triton_s_autotuner_before_its_guard_is_snapshot():
+    """Autotuner.run is GUARDED: the pinning wrapper must be the identity snapshot, so that a candidate replacing it
+    is tampering and the evaluator's own wrapper is not."""
+    import inspect
+
+    from kernels_eval.harness import worker
+
+    assert "triton.runtime.autotuner.Autotuner.run" in worker.GUARDED
+    source = inspect.getsource(worker.Worker.init)
+    assert source.index("autotune_pins.install()") < source.index("self.guard = snapshot()")
+
+
+SILU_CANDIDATE = '''
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=1) for b in (16, 32, 64)]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def block_of(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, (tl.zeros([BLOCK], tl.float32) + BLOCK).to(tl.bfloat16), mask=offs < n)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        half = x.shape[-1] // 2
+        out = torch.empty(x.shape[:-1] + (half,), dtype=x.dtype, device=x.device)
+        block_of[lambda meta: (triton.cdiv(out.numel(), meta["BLOCK"]),)](out, out.numel())
+        return out
+'''
+
+
+def test_a_real_worker_runs_the_configuration_its_call_pins(tmp_path):
+    """The worker's `call` command pins what the parent names (kernel -> key -> index) and pins nothing when a
+    later call names nothing: the candidate's kernel writes its BLOCK, so the output says which one ran."""
+    pytest.importorskip("triton")
+    from kernels_eval.harness import channel
+    from kernels_eval.harness.process import WorkerProcess
+
+    candidate = tmp_path / "silu_and_mul.py"
+    candidate.write_text(SILU_CANDIDATE)
+    exchange = tmp_path / "x"
+    exchange.mkdir()
+    worker = WorkerProcess(device="cpu", log_path=tmp_path / "w.log", memory_bytes=4 << 30, start_timeout_s=120,
+                           sandboxed=False, scratch=tmp_path, use_cgroup=False)
+    try:
+        reply = worker.request({"cmd": "init", "operator": "silu_and_mul", "file": str(candidate), "device": "cpu",
+                                "init_kwargs": {}, "outputs": ["out"], "exchange": str(exchange)}, 300)
+        assert reply["ok"], reply
+        blocks = []
+        for pins in ({"block_of": {"(64, 'torch.bfloat16')": 1}}, {"block_of": {"(64, 'torch.bfloat16')": 2}}):
+            reply = worker.request({"cmd": "call", "input_kwargs": {"shape": [2, 64]}, "seed": 5, "digest_key": 9,
+                                    "poison": False, "pins": pins}, 300)
+            assert reply["ok"], reply.get("error")
+            out = channel.import_tensor(reply["outputs"]["out"], str(exchange))
+            blocks.append(float(out.flatten()[0]))
+        assert blocks == [32.0, 64.0]  # CONFIGS[1] then CONFIGS[2]
+    finally:
+        worker.close()
