@@ -109,9 +109,9 @@ class Judge(runner.OperatorJudge):
     """An rms_norm judge whose worker answers the discovery from a script and records each call's pins as its
     program, and whose replay is a FakeReplayer."""
 
-    def __init__(self, tmp_path, config, replayer) -> None:
+    def __init__(self, tmp_path, config, replayer, source="# a file with a triton.autotune kernel\n") -> None:
         tmp_path.mkdir(exist_ok=True)
-        (tmp_path / "rms_norm.py").write_text("# the candidate file the protocol keys its choice by\n")
+        (tmp_path / "rms_norm.py").write_text(source)
         super().__init__("rms_norm", tmp_path / "rms_norm.py", config, tmp_path, replayer=replayer)
         self.sent = []
 
@@ -203,3 +203,11 @@ def test_repeat_below_one_is_refused_before_anything_is_read(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=repo, check=False)
     assert done.returncode == 2 and done.stderr.strip() == "hotshape eval: --repeat 0: at least 1"
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_a_file_that_never_names_the_autotuner_is_not_swept(tmp_path):
+    config = runner.EvalConfig(device="cpu", autotune="protocol", autotune_store=tmp_path / "store", hardware="H200")
+    judge = Judge(tmp_path / "plain", config, FakeReplayer(config, {None: 3.0}), source="import triton\n")
+    v = perform(judge)
+    assert v.stage == "done" and judge.sent == [] and v.autotune_config == "[]"
+    assert v.t_measured_s == pytest.approx(3e-6)  # the checks' program, as without the protocol
