@@ -12,6 +12,7 @@ from ingest.columns import repeated
 from ingest.kineto import KinetoTrace, TraceError
 from ingest.kineto_json import IS_OP, NULL_JSON
 from ingest.schema import KERNEL_EVENT_COLUMNS
+from ingest.plain import plain
 
 GRAPH_LAUNCH_NAMES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 CHAIN_COLUMNS = ("op_chain", "op_chain_args", "op", "input_dims", "input_types", "concrete_inputs", "annotation")
@@ -180,6 +181,8 @@ def chain_ids(stacks: pl.DataFrame, n: int) -> tuple[list[int], list[tuple]]:
     for the launches with a non-empty stack. The distinct stacks are found by the frame library, not by
     hashing a tuple per launch. Tuned for speed; the plain version is chain_ids_plain (oracle:
     tests/ingest/test_fast_paths.py)."""
+    if plain():
+        return chain_ids_plain(stacks, n)
     by_chain = stacks.sort("point").group_by("entry", maintain_order=True).agg("point")
     members = by_chain.select(chain=pl.int_range(1, pl.len() + 1, dtype=pl.Int64), point="point").explode("point")
     chain = pl.zeros(n, dtype=pl.Int64, eager=True).scatter(members["point"], members["chain"])

@@ -10,6 +10,7 @@ import polars as pl
 from ingest.columns import repeated
 from ingest.graphs import attribute_graphs
 from ingest.phases import assign_phases, merged_step
+from ingest.plain import plain
 from ingest.problems import fill_block_size, grouped_mm_call, moe_from_grouped_mm, router_topk, to_problem
 from ingest.shapes import add_step_context, canonical_json, shape_kwargs
 from ingest.schema import CLASSIFIED_EVENT_COLUMNS, OP_SHAPE_TIME_COLUMNS, conform
@@ -228,7 +229,7 @@ def classify_events(
     """
     tax = _taxonomy(taxonomy)
     events = attribute_graphs(events, capture_events)
-    keys, key_of = distinct_rows(events, KEY_COLUMNS)
+    keys, key_of = (every_row if plain() else distinct_rows)(events, KEY_COLUMNS)
     kernels, cats, chains, chain_args, annotations, ops = (keys[c].to_list() for c in KEY_COLUMNS)
     parsed: dict[str | None, list] = {None: []}
     memo = _problem_memo(tax)

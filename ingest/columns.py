@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from ingest.plain import plain
 
 def repeated(name: str, values: list[str | None]) -> pl.Series:
     """A String column of `values`, its rows gathered from the distinct values."""
-    if len(values) < _GATHER_MIN_ROWS:  # the gather's fixed cost is more than a small column saves
+    if plain() or len(values) < _GATHER_MIN_ROWS:  # the gather's fixed cost is more than a small column saves
         return repeated_plain(name, values)
     index = dict.fromkeys(values)
     if len(index) * 4 > len(values):  # mostly distinct: nothing to share

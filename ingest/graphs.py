@@ -15,6 +15,7 @@ from ingest.attribution import enclosing_stacks
 from ingest.discovery import CAPTURE_DIR
 from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
+from ingest.plain import plain
 from ingest.schema import CAPTURE_COLUMNS
 from ingest.tracefile import (decompress, file_exists, is_url, read_file, read_trace_file, sibling, trace_name,
                               within_folder)
@@ -226,6 +227,8 @@ def attribute_graphs(events: pl.DataFrame, capture: pl.DataFrame | None) -> pl.D
 
     Tuned for speed: `align_replays` is the plain version (oracle: tests/ingest/test_fast_paths.py).
     """
+    if plain():
+        return align_replays(events, capture)
     if capture is None or not capture.height or not events["graph_launch"].fill_null(False).any():
         # With no replay to align every column stays as read; rebuilding the nested op_chain column from
         # Python lists was most of classification's time on large eager traces.

@@ -38,6 +38,7 @@ import polars as pl
 from catalogue.vocabulary import ATTRIBUTED
 from ingest.cluster import ingest_on_cluster
 from ingest.schema import parquet
+from ingest.plain import plain
 from ingest.tracefile import TraceError, file_size, file_trace_id, is_url, sibling, trace_name
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
@@ -134,7 +135,7 @@ def aggregates_many(frames: list[pl.DataFrame]) -> list[tuple[pl.DataFrame, pl.D
     from ingest.schema import OP_SHAPE_TIME_COLUMNS, conform
 
     filled = [i for i, f in enumerate(frames) if f.height]
-    if len(filled) < 2 or any(frames[i].schema != frames[filled[0]].schema for i in filled):
+    if plain() or len(filled) < 2 or any(frames[i].schema != frames[filled[0]].schema for i in filled):
         return [aggregates(f) for f in frames]
     lazy = pl.concat([frames[i].lazy().with_columns(pl.lit(i, pl.UInt32).alias(_PART)) for i in filled], rechunk=False)
     columns = [c for c in BREAKDOWNS if c in frames[filled[0]].columns]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ingest.plain import plain
 DEFAULT_PATH = Path(__file__).with_name("taxonomy.yaml")
 OTHER = "other"
 
@@ -133,6 +134,8 @@ class Taxonomy:
         pattern, found once per taxonomy: a trace's combinations repeat a few dozen op and kernel names, and
         searching every rule for each (kernel names run to hundreds of characters) was most of classifying
         them. Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
+        if plain():
+            return self._forward_plain(kernel, chain)
         matching = [self._op_rules_of(name) for name in chain]
         for depth in range(len(chain) - 1, -1, -1):
             for rule in matching[depth]:

@@ -154,3 +154,23 @@ def test_memory_grows_with_what_is_kept_not_with_the_json(tmp_path):
     rss, proc = _peak_rss_of_ingest(big, tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
     assert rss < 200 * 2**20 + text_bytes, (rss, text_bytes)
+
+
+def test_the_plain_switch_runs_every_plain_twin_to_the_same_rows(monkeypatch):
+    """HOTSHAPE_PLAIN=1 (ingest/plain.py) runs the plain twin of each fast path, and the rows come out the same."""
+    from ingest import attribution, classify, columns, graphs, taxonomy
+    from ingest.pipeline import ingest_trace
+
+    path = REPO / "examples" / "traces" / "llama3-8b" / "graph.json.gz"
+    fast = ingest_trace(path).events
+    called = set()
+    twins = [(attribution, "chain_ids_plain"), (classify, "every_row"), (columns, "repeated_plain"),
+             (graphs, "align_replays"), (taxonomy.Taxonomy, "_forward_plain")]
+    for owner, name in twins:
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: called.add(_name) or _real(*a, **k))
+    monkeypatch.setenv("HOTSHAPE_PLAIN", "1")
+    taxonomy._default.cache_clear()
+    plain = ingest_trace(path).events
+    assert called == {name for _, name in twins}
+    assert fast.height > 1000 and plain.equals(fast)
