@@ -53,8 +53,11 @@ class EventStream:
         self._bound = limits().max_events
 
     def __iter__(self) -> Iterator[list]:
-        head, text, bare = self._find_array()
-        yield from self._pieces(head, text, bare)
+        try:
+            head, text, bare = self._find_array()
+            yield from self._pieces(head, text, bare)
+        except RecursionError:  # msgspec's, past its nesting depth
+            raise TraceError(self.path, "invalid JSON (nested too deeply to read)") from None
         if not self.exact and self.base_time is None and needs_exact_time(self._first_ts):
             self.needs_exact = True
 

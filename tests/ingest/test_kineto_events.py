@@ -174,3 +174,16 @@ def test_the_plain_switch_runs_every_plain_twin_to_the_same_rows(monkeypatch):
     plain = ingest_trace(path).events
     assert called == {name for _, name in twins}
     assert fast.height > 1000 and plain.equals(fast)
+
+
+@pytest.mark.parametrize("where", ["in-an-event", "before-the-events", "after-the-events"])
+def test_json_nested_a_million_deep_is_one_line_naming_the_file(tmp_path, where):
+    deep = b"[" * 1_000_000 + b"]" * 1_000_000
+    event = b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1%s}'
+    text = {"in-an-event": b'{"traceEvents": [' + event % (b', "args": ' + deep) + b"]}",
+            "before-the-events": b'{"x": ' + deep + b', "traceEvents": [' + event % b"" + b"]}",
+            "after-the-events": b'{"traceEvents": [' + event % b"" + b'], "x": ' + deep + b"}"}[where]
+    path = tmp_path / "deep.json.gz"
+    path.write_bytes(gzip.compress(text, 1))
+    with pytest.raises(TraceError, match=r"deep.json.gz: invalid JSON \(nested too deeply to read\)"):
+        read_events(path)
