@@ -21,8 +21,9 @@ def is_profile(rel: str) -> bool:
 
 
 def discover(paths: list[str]) -> list[Path | str]:
-    """Trace files named directly, or the profiles found under the directories named, sorted; a name that
-    is an fsspec URL (file://, s3://...) stays a URL, a folder's profiles are URLs too."""
+    """Trace files named directly, or the profiles found under the directories named, sorted (a link inside a
+    folder to a file outside it left out); a name that is an fsspec URL (file://, s3://...) stays a URL, a
+    folder's profiles are URLs too."""
     from ingest.tracefile import is_url, list_profiles
 
     found: list[Path | str] = []
@@ -33,10 +34,12 @@ def discover(paths: list[str]) -> list[Path | str]:
             continue
         path = Path(name)
         if path.is_dir():
+            real = path.resolve()
             found += [
                 child
                 for child in sorted(path.rglob("*"))
                 if child.is_file() and is_profile(child.relative_to(path).as_posix())
+                and child.resolve().is_relative_to(real)  # a link out of the folder named is never read
             ]
         else:
             found.append(path)

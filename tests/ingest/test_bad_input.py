@@ -175,3 +175,14 @@ def test_a_trace_over_the_bound_on_events_is_refused_naming_it(monkeypatch, good
         read_events(good_trace)
     monkeypatch.setenv("HOTSHAPE_MAX_TRACE_EVENTS", str(events))
     assert read_events(good_trace).height == 30
+
+
+def test_a_folder_given_to_ingest_never_yields_a_link_out_of_it(tmp_path, good_trace):
+    from ingest.discovery import discover
+
+    folder = tmp_path / "dump"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a/one.json.gz").write_bytes(good_trace.read_bytes())
+    (folder / "a/alias.json.gz").symlink_to(folder / "a/one.json.gz")
+    (folder / "a/out.json.gz").symlink_to(good_trace)  # good_trace lies outside the folder
+    assert discover([str(folder)]) == [folder / "a/alias.json.gz", folder / "a/one.json.gz"]
