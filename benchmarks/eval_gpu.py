@@ -67,7 +67,7 @@ def phase_adversarial(release, out: Path, only: list[str] | None = None) -> dict
             sized = problems_by_size(release, op)
             chosen += [sized[0]["problem_id"], sized[-1]["problem_id"]]
         t0 = time.monotonic()
-        rows = evaluate(case, release, config=EvalConfig(device="cuda", call_timeout_s=30.0, timing_budget_s=0.1),
+        rows = evaluate(case, release, config=EvalConfig(memory_cgroup=False, device="cuda", call_timeout_s=30.0, timing_budget_s=0.1),
                         ops=ops, problems=chosen)
         largest = {problems_by_size(release, op)[-1]["problem_id"] for op in ops}
         results = []
@@ -141,7 +141,7 @@ def phase_honest(release, out: Path, per_op: int) -> dict:
         def keep_clock(problem, verdict, run=run):
             clocks[run][problem.problem_id] = verdict.sm_clock_mhz
 
-        rows = evaluate(sub, release, config=EvalConfig(device="cuda", run=run), ops=ops, problems=chosen,
+        rows = evaluate(sub, release, config=EvalConfig(memory_cgroup=False, device="cuda", run=run), ops=ops, problems=chosen,
                         progress=keep_clock)
         write_results(rows, out / "honest.parquet", append=run > 0)
         runs.append({r["problem_id"]: r for r in rows})
@@ -202,7 +202,7 @@ def phase_full(release, out: Path, ops: list[str] | None, per_op: int | None = N
                 log(f"    [{done[0]}] {problem.problem_id} {problem.operator:<28} {verdict.stage:<11} "
                     f"{time.monotonic() - t0:6.0f} s {(verdict.error or '')[:90]}")
 
-        rows = evaluate(sub, release, config=EvalConfig(device="cuda"), ops=ops, problems=chosen, progress=progress)
+        rows = evaluate(sub, release, config=EvalConfig(memory_cgroup=False, device="cuda"), ops=ops, problems=chosen, progress=progress)
         wall = time.monotonic() - t0
     write_results(rows, out / "fallback.parquet", append=False)
     stages: dict[str, int] = {}
@@ -264,7 +264,7 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
             f"ref={_us(verdict.t_reference_s):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.error or '')[:100]}")
 
-    config = EvalConfig(device=device, triton_cache=triton_cache)
+    config = EvalConfig(memory_cgroup=False, device=device, triton_cache=triton_cache)
     rows = evaluate(sub, release, config=config, ops=ops, problems=problems, progress=progress, lanes=lanes)
     wall = time.monotonic() - t0
     path = out / f"triton_reference{label}.parquet"

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
     devices = parse_devices(args.devices, torch.cuda.device_count()) if args.mode == "multi" else None
     hardware = detect_hardware("cuda", release.hardware_names)
-    config = EvalConfig(device="cuda", hardware=hardware)
+    config = EvalConfig(memory_cgroup=False, device="cuda", hardware=hardware)
     results = out / f"{args.mode}.parquet"
     wanted = sum(1 for r in release.problems if ops is None or r["operator"] in ops)
     if results.exists() and pq.read_table(results).num_rows >= wanted:

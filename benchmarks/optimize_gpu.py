@@ -72,7 +72,7 @@ def main() -> int:
         return 2
     release = read_release_view(args.release)
     hardware = detect_hardware("cuda", release.hardware_names)
-    config = EvalConfig(device="cuda", sandbox=not args.no_sandbox, hardware=hardware,
+    config = EvalConfig(memory_cgroup=False, device="cuda", sandbox=not args.no_sandbox, hardware=hardware,
                         timing_budget_s=args.timing_budget_s)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -134,7 +134,7 @@ def main() -> int:
     chosen = chosen_problems(release, ops)
     cache = Path(tempfile.mkdtemp(prefix="agreement-cache-"))
     t0 = time.monotonic()
-    config = EvalConfig(device="cuda", sandbox=args.sandbox, triton_cache=cache)
+    config = EvalConfig(memory_cgroup=False, device="cuda", sandbox=args.sandbox, triton_cache=cache)
     rows = {r["problem_id"]: r for r in evaluate(SUBMISSION, release, config=config, ops=ops, problems=chosen,
                                                  progress=lambda p, v: log(f"  judged {p.operator} {p.problem_id} "
                                                                            f"{v.stage} {(v.error or '')[:160]}"))}

@@ -108,7 +108,7 @@ def main() -> int:
     runs = []
     for run in (0, 1, 2) if args.unsandboxed_run else (0, 1):
         t0 = time.monotonic()
-        config = EvalConfig(device="cuda", run=run, sandbox=run < 2)
+        config = EvalConfig(memory_cgroup=False, device="cuda", run=run, sandbox=run < 2)
         rows = evaluate(HONEST, release, config=config, ops=list(OPS), problems=chosen)
         runs.append({r["problem_id"]: r for r in rows})
         log(f"[agreement] evaluator run {run}: {len(rows)} problems in {time.monotonic() - t0:.0f} s")

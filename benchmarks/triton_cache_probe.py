@@ -123,7 +123,7 @@ def evaluator_runs(release, ids: list[str], cache: Path, runs: int = 2) -> None:
     for k in range(1, runs + 1):
         seen: list[tuple] = []
         t0 = time.monotonic()
-        evaluate(sub, release, config=EvalConfig(device="cuda", triton_cache=cache, run=k), problems=ids, lanes=2,
+        evaluate(sub, release, config=EvalConfig(memory_cgroup=False, device="cuda", triton_cache=cache, run=k), problems=ids, lanes=2,
                  progress=lambda p, v: seen.append((p, v)))
         print(f"evaluator run {k}: {time.monotonic() - t0:.1f} s, cache {cache_files(cache)}")
         if k == 1:
