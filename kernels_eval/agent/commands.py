@@ -23,6 +23,13 @@ def _device(name: str | None) -> str:
 
 
 def _sandbox_problem(no_sandbox: bool) -> str | None:
+    """Why candidates cannot be run here (no bubblewrap, or no cgroup for their memory limit), or None."""
+    from kernels_eval.harness.limits import CgroupRequired, memory_accounting
+
+    try:
+        memory_accounting(require_cgroup=True)
+    except CgroupRequired as exc:
+        return str(exc)
     if no_sandbox:
         return None
     from kernels_eval.harness.sandbox import check_bwrap
@@ -56,6 +63,8 @@ def run_workspace(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """Compile and correctness of FILE as operator OP on its smoke shapes; 0 when it passes, 1 when not."""
+    from kernels_eval.harness.sanitize import terminal  # candidate text, made inert for the terminal
+
     from kernels_eval.agent.check import check_file, passed
 
     problem = _sandbox_problem(args.no_sandbox)
@@ -79,8 +88,8 @@ def run_check(args: argparse.Namespace) -> int:
             timing = f" t={v['t_measured_s'] * 1e6:.2f}us" if v.get("t_measured_s") else ""
             print(f"{args.op} {v['problem_id']} ({device}): {v.get('stage')} compiled={bool(v.get('compiled'))} "
                   f"correct={bool(v.get('correct'))} native={bool(v.get('native'))}{timing}"
-                  + (f"\n  error: {v['error']}" if v.get("error") else "")
-                  + (f"\n  fallbacks: {', '.join(v['fallbacks'])}" if v.get("fallbacks") else ""))
+                  + (f"\n  error: {terminal(v['error'])}" if v.get("error") else "")
+                  + (f"\n  fallbacks: {terminal(', '.join(v['fallbacks']))}" if v.get("fallbacks") else ""))
         print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
@@ -95,6 +104,8 @@ def _eval_config(args: argparse.Namespace, release):
 
 def run_feedback(args: argparse.Namespace) -> int:
     """Per-problem feedback records of SUBMISSION on RELEASE (printed; nothing is written to any results)."""
+    from kernels_eval.harness.sanitize import terminal  # candidate text, made inert for the terminal
+
     from kernels_eval.agent.feedback import feedback_json, submission_feedback
     from kernels_eval.agent.records import as_builtins
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
@@ -122,9 +133,9 @@ def run_feedback(args: argparse.Namespace) -> int:
         if r.mismatch:
             print(f"  mismatch at {r.mismatch.where}: {r.mismatch.detail} (max abs err {r.mismatch.max_abs_err})")
         elif r.error:
-            print(f"  error: {r.error}")
+            print(f"  error: {terminal(r.error)}")
         if r.adoption.fallbacks:
-            print(f"  fallbacks: {', '.join(r.adoption.fallbacks)}")
+            print(f"  fallbacks: {terminal(', '.join(r.adoption.fallbacks))}")
         print(f"  kernels declared: {', '.join(r.adoption.declared_kernels) or 'none'}")
         for k in d["kernels"][:8]:
             print(f"  kernel {k['name']}: {k['time_us']:.2f} us")

@@ -164,8 +164,9 @@ class CgroupRequired(RuntimeError):
 MEMORY_CGROUP_ENV = "HOTSHAPE_MEMORY_CGROUP"
 NO_CGROUP = ("no cgroup can be made here for the workers' memory limit, and without one memory held in memfd or "
              "shared-memory files is only partly counted: run where the evaluator may create cgroups (v2 with the "
-             "memory controller delegated, or v1 memory and pids), or pass --no-memory-cgroup to count the workers' "
-             "RSS and the memfd/shm files they hold (rows say memory_accounting = process)")
+             "memory controller delegated, or v1 memory and pids), or pass --no-memory-cgroup (for a whole host, "
+             f"{MEMORY_CGROUP_ENV}=optional) to count the workers' RSS and the memfd/shm files they hold (rows say "
+             "memory_accounting = process)")
 
 
 def memory_accounting(require_cgroup: bool = True) -> str:
