@@ -11,6 +11,13 @@ bound, total / n + (1 - 1 / n) * the largest cost.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from catalogue.registry import work
+
+if TYPE_CHECKING:
+    from kernels_eval.harness.config import Problem
+    from kernels_eval.harness.release_view import ReleaseView
 
 SECONDS_TABLE = Path(__file__).resolve().parents[1] / "eval_seconds.yaml"
 DEFAULT_PER_PROBLEM_S = 1.0  # without any table: problem counts alone decide
@@ -96,3 +103,28 @@ def host_gpus(environ=None, nodes=None) -> int:
         return len(entries) if entries and entries[0] != "-1" else 0
     found = glob.glob("/dev/nvidia*") if nodes is None else nodes
     return sum(1 for n in found if re.fullmatch(r"/dev/nvidia\d+", n))
+
+
+# A problem whose inputs and outputs exceed this is checked in the large lane, beside the lanes: its worker may
+# need several times the interface bytes, and the parent holds its references beside it (the catalogue's largest
+# on H200: 18 GB of interface, 13 problems over 4 GiB).
+LANE_MAX_BYTES = 4 << 30
+
+def _too_large_for_lanes(release: ReleaseView, chosen: list[Problem]) -> set[str]:
+    """Problem ids whose interface bytes (the release's roofline rows, else the catalogue's work model) exceed
+    LANE_MAX_BYTES; a problem whose size is unknown stays in the lanes."""
+    sizes: dict[str, int] = {}
+    for r in release.roofline_rows:
+        sizes[r["problem_id"]] = max(sizes.get(r["problem_id"], 0), int(r["bytes_read"]) + int(r["bytes_written"]))
+    alone = set()
+    for p in chosen:
+        size = sizes.get(p.problem_id)
+        if size is None:
+            try:
+                w = work(p.operator, p.init_kwargs, p.input_kwargs)
+                size = int(w["bytes_read"]) + int(w["bytes_written"])
+            except Exception:  # noqa: BLE001 - a shape the work model cannot size: judged in a lane
+                continue
+        if size > LANE_MAX_BYTES:
+            alone.add(p.problem_id)
+    return alone

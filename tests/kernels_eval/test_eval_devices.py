@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kernels_eval.harness import runner, sandbox
+from kernels_eval.harness import operator_judge, runner, sandbox, schedule
 from kernels_eval.harness.release_view import ReleaseView
 from kernels_eval.harness.shard import lpt_plan, makespan, operator_costs, parse_devices, recorded_seconds
 
@@ -156,8 +156,8 @@ def test_sharded_run_fails_only_the_problems_of_the_operator_that_raised(monkeyp
             raise RuntimeError("lost the device")
         return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
 
-    monkeypatch.setattr(runner, "_judge_operator", judge)
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "silu_and_mul", "layer_norm", "l2_norm"):
@@ -189,9 +189,9 @@ def test_a_device_that_cannot_be_selected_fails_only_its_shard(monkeypatch, tmp_
             raise RuntimeError("CUDA error: no device 1")
 
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
-    monkeypatch.setattr(runner, "_judge_operator", lambda op, file, plist, *a, **k: {
+    monkeypatch.setattr(schedule, "_judge_operator", lambda op, file, plist, *a, **k: {
         p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist})
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "silu_and_mul"):
@@ -236,9 +236,9 @@ def test_sharded_rows_are_merged_into_one_signed_results_file(monkeypatch, tmp_p
     from kernels_eval.results_key import host_key, row_verifies
     from kernels_eval.results_schema import read_results
 
-    monkeypatch.setattr(runner, "_judge_operator", lambda op, file, plist, *a, **k: {
+    monkeypatch.setattr(schedule, "_judge_operator", lambda op, file, plist, *a, **k: {
         p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist})
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "silu_and_mul", "layer_norm"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels_eval.harness import runner
+from kernels_eval.harness import operator_judge, runner, schedule
 from kernels_eval.harness.release_view import ReleaseView
 from kernels_eval.harness.verdict import Verdict
 
@@ -49,8 +49,8 @@ def _recording_judge(seen: dict, order: list):
 def _recorded_gpu_run(monkeypatch, tmp_path, ops) -> tuple[dict, list, Path]:
     """(seen, order, submission dir) for a run on a pretend GPU whose judges record where they ran."""
     seen, order = {}, []
-    monkeypatch.setattr(runner, "_judge_operator", _recording_judge(seen, order))
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(schedule, "_judge_operator", _recording_judge(seen, order))
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     import torch
 
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
@@ -93,8 +93,8 @@ def test_problems_too_large_to_share_a_lane_are_checked_in_a_large_lane_beside_t
             spans[p.problem_id] = (began, time.monotonic())
         return {p.problem_id: {"stage": "done", "compiled": True, "correct": True, "native": True} for p in plist}
 
-    monkeypatch.setattr(runner, "_judge_operator", judge)
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "gemm", "silu_and_mul"):
@@ -136,7 +136,7 @@ def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tm
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False, sets=1)
     one = runner.evaluate(sub, view, config=config)
     spans: dict[str, tuple[float, float]] = {}
-    real = runner._judge_operator
+    real = schedule._judge_operator
 
     def timed_judge(op, *args, **kwargs):
         t0 = time.monotonic()
@@ -145,7 +145,7 @@ def test_two_lanes_of_real_interpreter_workers_judge_as_one_does(monkeypatch, tm
         finally:
             spans[op] = (t0, time.monotonic())
 
-    monkeypatch.setattr(runner, "_judge_operator", timed_judge)
+    monkeypatch.setattr(schedule, "_judge_operator", timed_judge)
     two = runner.evaluate(sub, view, config=config, lanes=2)
     verdict = lambda rows: {r["problem_id"]: (r["stage"], r["correct"], r["native"]) for r in rows}  # noqa: E731
     assert verdict(two) == verdict(one) == {pid: ("done", True, True) for pid in verdict(one)}
@@ -183,9 +183,9 @@ def test_lanes_check_everything_first_then_time_one_problem_at_a_time(monkeypatc
             events.append(("time", self.operator, t0, time.monotonic(), threading.current_thread().name))
         return v.update(stage="done", t_measured_s=1e-5)
 
-    monkeypatch.setattr(runner, "_judge_operator", judge)
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
     monkeypatch.setattr(runner.OperatorJudge, "time_checked", time_checked)
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "gemm", "silu_and_mul"):
@@ -226,8 +226,8 @@ def test_a_problem_out_of_a_lanes_memory_is_judged_again_alone(monkeypatch, tmp_
             out[p.problem_id] = v
         return out
 
-    monkeypatch.setattr(runner, "_judge_operator", judge)
-    monkeypatch.setattr(runner, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
+    monkeypatch.setattr(operator_judge, "start_worker", lambda *a, **k: (_ for _ in ()).throw(OSError("no spawn")))
     sub = tmp_path / "sub"
     sub.mkdir()
     for op in ("rms_norm", "gemm"):
@@ -277,13 +277,13 @@ def test_split_units_deal_problems_round_robin_and_keep_costs():
                                 "input_kwargs": "{}"}) for i in range(7)]
     small = [runner.Problem({"problem_id": "b-0", "operator": "b", "init_kwargs": "{}", "input_kwargs": "{}"})]
     # two lanes: half a lane's share is 72 / 2 / 2 = 18 s, so "a" (70 s) becomes four parts and "b" stays whole
-    units, costs = runner._split_units({"a": problems, "b": small}, {"a": 70.0, "b": 2.0}, bins=2)
+    units, costs = schedule._split_units({"a": problems, "b": small}, {"a": 70.0, "b": 2.0}, bins=2)
     assert {u: [p.problem_id for p in ps] for u, ps in units.items()} == {
         "a#0": ["a-0", "a-4"], "a#1": ["a-1", "a-5"], "a#2": ["a-2", "a-6"], "a#3": ["a-3"], "b": ["b-0"]}
     assert costs == {"a#0": 20.0, "a#1": 20.0, "a#2": 20.0, "a#3": 10.0, "b": 2.0}
-    assert {runner._unit_op(u) for u in units} == {"a", "b"}
+    assert {schedule._unit_op(u) for u in units} == {"a", "b"}
     # no more parts than problems
-    units, _ = runner._split_units({"a": problems[:2]}, {"a": 70.0}, bins=8)
+    units, _ = schedule._split_units({"a": problems[:2]}, {"a": 70.0}, bins=8)
     assert set(units) == {"a#0", "a#1"}
 
 
@@ -306,13 +306,13 @@ def test_a_prestarted_gpu_worker_is_warmed_ahead_and_its_judge_waits_for_that(mo
     gpu = runner.EvalConfig(device="cuda", hardware="cpu", sandbox=False)
     worker = Worker()
     judge = runner.OperatorJudge("rms_norm", HONEST / "rms_norm.py", gpu, tmp_path, worker)
-    assert runner._warm_ahead(worker, gpu) is worker  # warmed from here on, the judge built first (that takes time)
+    assert schedule._warm_ahead(worker, gpu) is worker  # warmed from here on, the judge built first (that takes time)
     assert worker.warming is not None and worker.warming.is_alive()
     assert judge._request({"cmd": "init"})["ok"]
     assert sent == [("start", "warm"), ("end", "warm"), ("start", "init"), ("end", "init")]
     assert worker.warming is None and judge.spent["warm_wait"] > 0.05
     cpu = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
-    assert runner._warm_ahead(Worker(), cpu).warming is None  # nothing to make ahead on cpu
+    assert schedule._warm_ahead(Worker(), cpu).warming is None  # nothing to make ahead on cpu
 
 
 def test_a_real_worker_answers_warm_before_its_init(tmp_path):
@@ -361,17 +361,17 @@ def test_the_timing_phase_runs_no_candidate_process_and_shares_one_replay(monkey
     def no_worker(*args, **kwargs):
         raise AssertionError("the timing phase started a worker")
 
-    monkeypatch.setattr(runner, "_prestart", no_worker)
-    monkeypatch.setattr(runner, "start_worker", no_worker)
-    monkeypatch.setattr(runner, "Replayer", FakeReplayer)
-    monkeypatch.setattr(runner, "OperatorJudge", Judge)
+    monkeypatch.setattr(schedule, "_prestart", no_worker)
+    monkeypatch.setattr(operator_judge, "start_worker", no_worker)
+    monkeypatch.setattr(schedule, "Replayer", FakeReplayer)
+    monkeypatch.setattr(schedule, "OperatorJudge", Judge)
     ops = [f"op{k}" for k in range(4)]
     items = [(runner.Problem({"problem_id": f"{op}-{j}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
               Verdict(stage="performance", pending={"shape": ({}, {}), "recorded": [], "state": {}}))
              for op in ops for j in range(2)]
     rows = []
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
-    runner._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
+    schedule._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
                          lambda p, v, index, announce=False: rows.append((p.problem_id, v.stage)))
     assert len(rows) == 8
     timed = [who for kind, who in events if kind == "timed"]
@@ -395,19 +395,19 @@ def test_a_lane_starts_workers_a_few_units_ahead(monkeypatch, tmp_path):
         events.append(("judged", op))
         return {p.problem_id: Verdict(stage="done") for p in plist}
 
-    monkeypatch.setattr(runner, "_prestart", prestart)
-    monkeypatch.setattr(runner, "_judge_operator", judge)
-    monkeypatch.setattr(runner.registry, "is_benchmarkable", lambda op: True)
+    monkeypatch.setattr(schedule, "_prestart", prestart)
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
+    monkeypatch.setattr(schedule.registry, "is_benchmarkable", lambda op: True)
     ops = ["rms_norm", "layer_norm", "silu_and_mul", "l2_norm", "gated_rms_norm"]
     by_op = {op: [runner.Problem({"problem_id": f"{op}-0", "operator": op, "init_kwargs": "{}",
                                   "input_kwargs": "{}"})] for op in ops}
     rows = []
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
-    runner._run_shard(ops, by_op, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
+    schedule._run_shard(ops, by_op, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
                       lambda p, v, index, announce=False: rows.append(p.problem_id))
     assert len(rows) == len(ops)
     first = events.index(("judged", ops[0]))
-    assert [op for _, op in events[:first]] == ops[:1 + runner.LANE_AHEAD]
+    assert [op for _, op in events[:first]] == ops[:1 + schedule.LANE_AHEAD]
     for k, op in enumerate(ops):  # by a unit's judging, the next LANE_AHEAD units' workers are starting
         started = [o for kind, o in events[:events.index(("judged", op))] if kind == "started"]
-        assert started == ops[:min(len(ops), k + 1 + runner.LANE_AHEAD)]
+        assert started == ops[:min(len(ops), k + 1 + schedule.LANE_AHEAD)]
