@@ -41,7 +41,7 @@ def shorter_benchmarks(warmup_ms: float = AUTOTUNE_WARMUP_MS, rep_ms: float = AU
     (`profiler_guard.records_paused`: its thousands of launches, L2 flushes among them, are not the call's
     result), and count them: returns a function giving the number run so far, with which the timing loop
     refuses timed calls that benchmark (a call that autotunes again is not the steady state timed, and work in
-    its benchmark would not be in the records). Called in a worker before its GUARDED functions are snapshot,
+    its benchmark would not be in the records). Called in a worker before its guarded functions (harness/guarded.py) are taken,
     so the wrapper is the identity a candidate may not replace."""
     import triton.testing
 

@@ -1,7 +1,7 @@
 """Pinning a configuration of a candidate's `triton.autotune` in the worker, and seeing which (kernel, key) a call
 tuned: the worker's half of the evaluator's autotuning protocol (autotune_protocol.py).
 
-`install()` wraps `Autotuner.run` (before the worker snapshots its GUARDED functions, so the wrapper is the
+`install()` wraps `Autotuner.run` (before the worker takes its guarded functions (harness/guarded.py), so the wrapper is the
 identity a candidate may not replace). The wrapper gives each autotuner a `PinnedCache` in place of its `cache`
 dict: for a (kernel, key) in `PINS` it answers with the pinned configuration, so Triton runs it and benchmarks
 nothing; with `Watch.active` it notes each (kernel, key) a call reaches, the configurations the autotuner's own

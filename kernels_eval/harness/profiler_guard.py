@@ -22,7 +22,7 @@ import sys
 # the C entry points of torch._C._autograd that start, stop, step or pause the profiler's collection
 ENTRY_POINTS = ("_toggle_collection_dynamic", "_disable_profiler", "_enable_profiler", "_prepare_profiler",
                 "_disable_profiler_legacy", "_enable_profiler_legacy", "_kineto_step")
-# the torch modules that hold them by name (checked by identity: worker.GUARDED)
+# the torch modules that hold them by name (checked by identity: harness/guarded.py)
 HOLDERS = ("torch._C._autograd", "torch.autograd", "torch.autograd.profiler")
 _ORIGINAL: dict = {}  # name -> torch's own function, taken before any wrapper replaces it
 

@@ -16,65 +16,22 @@ import threading
 import time
 import traceback
 
-from kernels_eval.harness import channel, discovery, observe, profiler_guard
+from kernels_eval.harness import channel, discovery, guarded, observe, profiler_guard
 from kernels_eval.harness.protocol import encode
 from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
 
-# Functions a candidate could patch to fake a comparison, a timing or an audit. Their identities are
-# snapshot before the candidate is imported and re-checked after every call.
-GUARDED = (
-    "torch.allclose", "torch.isclose", "torch.equal", "torch.testing.assert_close", "torch.Tensor.__eq__",
-    "torch.Tensor.allclose", "torch.Tensor.clone", "torch.Tensor.copy_", "torch.save", "torch.cuda.synchronize",
-    "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
-    "torch.cuda.Stream.synchronize", "torch.cuda.current_stream", "time.perf_counter", "time.perf_counter_ns",
-    "time.time", "time.monotonic", "torch.profiler.profile.__enter__", "torch.profiler.profile.__exit__",
-    "torch.profiler.profile.events", "torch.profiler.profile.key_averages",
-    "torch.utils._python_dispatch.TorchDispatchMode.__enter__",
-    "torch.utils._python_dispatch.TorchDispatchMode.__exit__", "triton.runtime.jit.JITFunction.run",
-    "triton.runtime.interpreter.InterpretedFunction.run",
-    "triton.runtime.autotuner.Autotuner.run", "triton.testing.do_bench",
-    "kernels_eval.harness.channel.send", "kernels_eval.harness.channel.export_tensor",
-    "kernels_eval.harness.compare.tensor_digest",
-    "kernels_eval.harness.timing.time_calls",
-    "kernels_eval.harness.timing.kineto_records", "kernels_eval.harness.timing.gpu_profiler",
-    "kernels_eval.harness.markers.Markers.start", "kernels_eval.harness.markers.Markers.end",
-    # the fallback audit (observe.py): the channel's writer, the observer's hooks, the thread starter
-    "kernels_eval.harness.observe.Channel.send", "kernels_eval.harness.observe.Channel.check",
-    "kernels_eval.harness.observe._os_write", "kernels_eval.harness.observe._os_fstat",
-    "kernels_eval.harness.observe._getframe", "kernels_eval.harness.observe._setprofile",
-    "kernels_eval.harness.observe.Observer._audit", "kernels_eval.harness.observe.Observer._profile",
-    "kernels_eval.harness.observe.Observer._host_exit", "kernels_eval.harness.observe.Observer.mode_intact",
-    "kernels_eval.harness.observe.Observer.begin", "kernels_eval.harness.observe.Observer.end",
-    "_thread.start_new_thread", "threading._start_new_thread", "torch._C._len_torch_dispatch_stack",
-    "torch._C._get_dispatch_stack_at",
-    # the profiler's entry points, replaced by the profiler guard's wrappers (harness/profiler_guard.py)
-    *(f"{module}.{name}" for module in profiler_guard.HOLDERS for name in profiler_guard.ENTRY_POINTS),
-)
 TRITON_BENCH_MS = (25.0, 100.0)  # triton.testing.do_bench's own warm-up and repetitions, where none are given
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
 
 
-def _resolve(path: str):
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        obj = sys.modules.get(".".join(parts[:i]))
-        if obj is None:
-            continue
-        for attr in parts[i:]:
-            obj = getattr(obj, attr, None)
-        return obj
-    return None
-
-
 def snapshot() -> dict:
-    """Identity of every guarded function that is importable here."""
-    return {name: id(obj) for name in GUARDED if (obj := _resolve(name)) is not None}
+    """The guarded functions (harness/guarded.py) as each owner holds them now."""
+    return guarded.take()
 
 
 def tampered(before: dict) -> list[str]:
     """Guarded functions replaced since `before`."""
-    now = snapshot()
-    return sorted(name for name, ident in before.items() if now.get(name) != ident)
+    return guarded.replaced(before)
 
 
 class LaunchLog:
@@ -220,7 +177,7 @@ class Worker:
                 patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
-            if self.device == "cuda":  # before the snapshot below: do_bench is GUARDED
+            if self.device == "cuda":  # before the snapshot below: do_bench is guarded
                 from kernels_eval.harness.autotune_cache import shorter_benchmarks
 
                 self.benchmarks = shorter_benchmarks(*(float(x) for x in msg.get("autotune_bench_ms") or
@@ -570,12 +527,12 @@ class Worker:
         return set(sys._current_frames()) - self.baseline_threads
 
     def _audit_identity(self) -> dict:
-        """Identities of the audit's own class and wrappers, checked like GUARDED."""
+        """The audit's own class's methods and the launch wrappers, checked like the guarded functions."""
         cls = self.audit_class
         named = {"Audit.__torch_dispatch__": cls.__dict__["__torch_dispatch__"], "Audit.__init__": cls.__dict__["__init__"],
                  "Audit.__enter__": cls.__enter__, "Audit.__exit__": cls.__exit__}
         named.update({f"LaunchLog wrapper {i}": w for i, w in enumerate(self.log.wrappers)})
-        return {name: id(obj) for name, obj in named.items()}
+        return named
 
     def _owned_thread(self, t) -> bool:
         target = getattr(t, "_target", None) or getattr(type(t), "run", None)
@@ -598,10 +555,9 @@ class Worker:
         return channel.export_tensor(t, self.exchange, name, cuda_ipc=self.cuda_ipc, staging=self.staging)
 
     def _check_tamper(self, when: str) -> None:
-        changed = tampered({k: v for k, v in self.guard.items() if k in GUARDED})
-        if self.audit_class is not None:
-            now = self._audit_identity()
-            changed += sorted(k for k, v in self.guard.items() if k not in GUARDED and now.get(k) != v)
+        own = self._audit_identity() if self.audit_class is not None else {}
+        changed = tampered({k: v for k, v in self.guard.items() if k not in own})
+        changed += sorted(k for k, v in self.guard.items() if k in own and own[k] is not v)
         if changed:
             raise TamperError(f"the submission replaced {', '.join(changed)} during {when}")
 

@@ -1,6 +1,6 @@
 """A worker's autotuning benchmarks: triton.testing.do_bench's defaults shortened (harness/autotune_cache.py),
 what Triton's autotuner resolves at each tuning; explicit arguments pass through; a worker's init applies the
-run's setting before its GUARDED functions are snapshot."""
+run's setting before its guarded functions are taken."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from kernels_eval.harness import autotune_cache, runner, worker  # noqa: E402
+from kernels_eval.harness import autotune_cache, guarded, runner, worker  # noqa: E402
 
 
 def test_do_bench_defaults_are_shortened_and_explicit_arguments_kept(monkeypatch):
@@ -49,7 +49,7 @@ def test_the_run_setting_reaches_the_worker_before_its_guard_is_snapshot(monkeyp
     judge._init({})
     assert sent[-1]["autotune_bench_ms"] == (5.0, 20.0) == config.autotune_bench_ms
     source = inspect.getsource(worker.Worker.init)
-    assert "triton.testing.do_bench" in worker.GUARDED
+    assert "triton.testing.do_bench" in guarded.names()
     assert source.index("shorter_benchmarks(") < source.index("self.guard = snapshot()")
 
 
