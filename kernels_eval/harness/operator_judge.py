@@ -18,6 +18,7 @@ from kernels_eval.harness.config import EvalConfig
 from kernels_eval.harness.autotune_judge import AutotuneSteps
 from kernels_eval.harness.judge import Recorded, Replayer
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
+from kernels_eval.harness.protocol import ProtocolError, WorkerReply, decode_reply
 from kernels_eval.harness.verdict import Verdict
 
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
@@ -125,9 +126,9 @@ class OperatorJudge(AutotuneSteps):
 
     # ---- one shape --------------------------------------------------------------------------------------
 
-    def _init(self, init_kwargs: dict) -> dict:
+    def _init(self, init_kwargs: dict) -> WorkerReply:
         self.initialized_with = None
-        reply = self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
+        reply = self._decoded(self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
                               "device": self.config.device, "init_kwargs": init_kwargs,
                               "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
                               "gpu_memory_fraction": self.config.gpu_memory_fraction,
@@ -135,14 +136,22 @@ class OperatorJudge(AutotuneSteps):
                               "markers_cache": str(self.config.markers_cache) if self.config.markers_cache else None,
                               # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
                               "cuda_ipc": not self.config.sandbox and self.config.device_index is None},
-                              max(self.config.call_timeout_s, self.config.start_timeout_s))
-        if reply.get("ok"):
+                              max(self.config.call_timeout_s, self.config.start_timeout_s)))
+        if reply.ok:
             self.initialized_with = (id(self.worker), _shape_text(init_kwargs))
             try:
-                self.state = self._import(reply.get("state") or {})
+                self.state = self._import(reply.state)
             except ValueError as exc:
-                return {"ok": False, "error": f"the init-time state snapshot is unreadable: {exc}"}
+                return WorkerReply(ok=False, error=f"the init-time state snapshot is unreadable: {exc}")
         return reply
+
+    @staticmethod
+    def _decoded(data: dict) -> WorkerReply:
+        """The worker's reply as a WorkerReply; a malformed one is a failed reply naming its fault."""
+        try:
+            return decode_reply(data)
+        except ProtocolError as exc:
+            return WorkerReply(ok=False, error=f"malformed worker reply ({exc})")
 
     def _expected(self, model, input_kwargs: dict, seed: int) -> tuple[dict, dict, dict | None]:
         """(pristine inputs, the reference's outputs, its tie scores) on the inputs drawn from `seed`; references
@@ -156,27 +165,27 @@ class OperatorJudge(AutotuneSteps):
             ties = tie_scores(model, before) if tie_scores is not None else None
         return before, expected, ties
 
-    def _judged_call(self, model, init_kwargs: dict, input_kwargs: dict, **flags) -> tuple[dict, list[str], float]:
+    def _judged_call(self, model, init_kwargs: dict, input_kwargs: dict,
+                     **flags) -> tuple[WorkerReply, list[str], float]:
         """(reply, failures, max error) of one worker call judged against the reference on the same seed."""
         import torch
 
         seed, key = secrets.randbits(62), secrets.randbits(62)
         self.last_seed = seed
-        reply = self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed, "digest_key": key, **flags})
+        reply = self._decoded(self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed,
+                                             "digest_key": key, **flags}))
         tamper = self._observe(reply)
         if tamper:
-            reply = {"ok": False, "tamper": True, "error": f"TamperError: {tamper}"}
-        if not reply.get("ok"):
-            return reply, [reply.get("error", "call failed")], 0.0
+            reply = WorkerReply(ok=False, tamper=True, error=f"TamperError: {tamper}")
+        if not reply.ok:
+            return reply, [reply.error or "call failed"], 0.0
         began = time.monotonic()
         try:
-            got = self._import(reply.get("outputs"))
+            got = self._import(reply.outputs)
         except safe_io.RefusedFile as exc:  # the worker's own doing (a swapped exchange directory, a FIFO): its fail
-            reply = {"ok": False, "error": f"output refused: {exc}"}
-            return reply, [reply["error"]], 0.0
-        after = reply.get("inputs")
-        if not isinstance(after, dict) or not all(isinstance(d, str) for d in after.values()):
-            raise ValueError("worker reply lacks its inputs' digests")
+            reply = WorkerReply(ok=False, error=f"output refused: {exc}")
+            return reply, [reply.error], 0.0
+        after = reply.inputs
         self._clock("import", began)
         began = time.monotonic()
         before, expected, ties = self._expected(model, input_kwargs, seed)
@@ -190,10 +199,10 @@ class OperatorJudge(AutotuneSteps):
         self._clock("compare", began)
         return reply, failures, err
 
-    def _observe(self, reply: dict) -> str | None:
+    def _observe(self, reply: WorkerReply) -> str | None:
         """Fold one call's channel records (set by the parent's end of the pipe) into this verdict's
         observations; the tamper they show, or None."""
-        seen = reply.get("observed") or {}
+        seen = reply.observed
         records = observe.parse_records(list(seen.get("lines") or []))
         for op, n in records["op"].items():
             self.observed_ops[op] = self.observed_ops.get(op, 0) + n
@@ -224,25 +233,25 @@ class OperatorJudge(AutotuneSteps):
                     model = model.to("cuda")
                 self._clock("reference_model", began)
                 reply = self._init(init_kwargs)
-                if not reply.get("ok"):
-                    return self._fail(v, "compile", f"import/constructor failed: {reply.get('error')}")
+                if not reply.ok:
+                    return self._fail(v, "compile", f"import/constructor failed: {reply.error}")
                 recorded: list[Recorded] = []
                 for k in range(self.config.sets):
                     # a shape's first call compiles and autotunes: the worker makes one untimed call before it,
                     # with no profiler (Worker._untimed_call)
                     reply, failures, err = self._judged_call(model, init_kwargs, input_kwargs, poison=True, record=True,
                                                              **({"tune": True} if gpu and k == 0 else {}))
-                    if reply.get("ok"):
-                        recorded.append(Recorded(reply.get("program"), self.last_seed))
-                    if not reply.get("ok"):
+                    if reply.ok:
+                        recorded.append(Recorded(reply.program, self.last_seed))
+                    if not reply.ok:
                         stage = "compile" if index == 0 and k == 0 else "correctness"
-                        return self._fail(v, stage, f"call failed: {reply.get('error')}")
+                        return self._fail(v, stage, f"call failed: {reply.error}")
                     v.compiled = True
-                    launches += reply.get("launches", [])
+                    launches += reply.launches
                     if gpu and k:  # a shape's first call compiles and autotunes (its benchmark flushes are aten)
-                        for name, us in _kernel_us(reply.get("records")).items():
+                        for name, us in _kernel_us(reply.records).items():
                             checked_us[name] = checked_us.get(name, 0.0) + us
-                    for op, n in reply.get("aten_ops", {}).items():
+                    for op, n in reply.aten_ops.items():
                         aten_ops[op] = aten_ops.get(op, 0) + int(n)
                     max_err = max(max_err, err)
                     if failures and not errors:

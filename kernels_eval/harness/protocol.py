@@ -335,3 +335,55 @@ def decode_result(data: Any) -> ReplayResult:
     if result.times_s is not None and not all(isinstance(t, (int, float)) and t > 0 for t in result.times_s):
         raise ProtocolError("replay result: times must be positive numbers")
     return result
+
+
+# ---- worker -> parent ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class WorkerReply:
+    """The worker's reply to `init` or `call` (hostile: `decode_reply` checks every field's type). `observed` is set
+    by the parent's end of the pipes (process.WorkerProcess), never taken from the worker."""
+
+    ok: bool
+    error: str | None = None
+    tamper: bool = False
+    traceback: str | None = None
+    jit_functions: list[str] = field(default_factory=list)
+    state: dict[str, dict] = field(default_factory=dict)  # the init-time snapshot's tensor files
+    launches: list[dict] = field(default_factory=list)
+    aten_ops: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, dict] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # each input's keyed digest after the call
+    program: dict | None = None  # the call's LaunchProgram, decoded only by judge.plan
+    records: dict | None = None
+    filled_bytes: int = 0
+    took_s: dict[str, float] = field(default_factory=dict)
+    observed: dict = field(default_factory=dict)
+
+
+_REPLY_TYPES = {"ok": bool, "error": (str, type(None)), "tamper": bool, "traceback": (str, type(None)),
+                "jit_functions": list, "state": dict, "launches": list, "aten_ops": dict, "outputs": dict,
+                "inputs": dict, "program": (dict, type(None)), "records": (dict, type(None)), "filled_bytes": int,
+                "took_s": dict, "observed": dict}
+
+
+def decode_reply(data: Any) -> WorkerReply:
+    """A WorkerReply from a worker's message, or ProtocolError naming the first field of the wrong type (fields
+    of other commands are dropped)."""
+    if not isinstance(data, dict):
+        raise ProtocolError("worker reply: not an object")
+    known = {k: v for k, v in data.items() if k in _REPLY_TYPES}
+    for key, value in known.items():
+        if not isinstance(value, _REPLY_TYPES[key]) or (key in ("ok", "tamper") and type(value) is not bool):
+            raise ProtocolError(f"worker reply: {key} is a {type(value).__name__}")
+    if "ok" not in known:
+        raise ProtocolError("worker reply: no ok")
+    reply = WorkerReply(**known)
+    if not all(isinstance(x, dict) for x in reply.launches) or not all(isinstance(x, dict) for x in reply.outputs.values()):
+        raise ProtocolError("worker reply: launches and outputs must be objects")
+    if not all(type(n) is int for n in reply.aten_ops.values()) or not all(isinstance(d, str) for d in reply.inputs.values()):
+        raise ProtocolError("worker reply: aten op counts must be integers and input digests text")
+    if not all(isinstance(d, dict) for d in reply.state.values()):
+        raise ProtocolError("worker reply: state entries must be tensor descriptions")
+    return reply

@@ -138,3 +138,27 @@ def test_plan_refuses_an_unreplayable_or_kernel_less_program():
     empty = encode(LaunchProgram(kernels=(), steps=(), outputs={}))
     assert "no @triton.jit kernel" in plan([Recorded(empty, 1)], False)[1]
     assert "malformed" in plan([Recorded({"kind": "LaunchProgram"}, 1)], False)[1]
+
+
+@pytest.mark.parametrize("reply, word", [
+    ({"ok": "yes"}, "ok"),
+    ({"ok": True, "aten_ops": {"mul": "3"}}, "integers"),
+    ({"ok": True, "launches": ["rms_norm_kernel"]}, "objects"),
+    ({"ok": True, "inputs": {"x": 5}}, "text"),
+    ({"ok": True, "program": [1, 2]}, "program"),
+    ({"error": "no ok"}, "no ok"),
+])
+def test_a_worker_reply_of_the_wrong_shape_is_refused_naming_the_field(reply, word):
+    from kernels_eval.harness.protocol import decode_reply
+
+    with pytest.raises(ProtocolError, match=word):
+        decode_reply(reply)
+
+
+def test_a_worker_reply_keeps_its_fields_and_drops_other_commands_ones():
+    from kernels_eval.harness.protocol import decode_reply
+
+    reply = decode_reply({"ok": True, "launches": [{"name": "k", "owned": True}], "aten_ops": {"empty": 2},
+                          "inputs": {"x": "ab12"}, "times_s": [1.0], "ready": True})
+    assert reply.ok and reply.launches == [{"name": "k", "owned": True}] and reply.aten_ops == {"empty": 2}
+    assert reply.inputs == {"x": "ab12"} and reply.program is None and not hasattr(reply, "times_s")
