@@ -36,13 +36,12 @@ def tampered(before: dict) -> list[str]:
 
 class LaunchLog:
     """Records every @triton.jit launch (function name, defining file, owned by the submission or not);
-    in ghost mode the submission's own launches are skipped, to test that they do the work."""
+    the recorder of a recorded call sees each launch before it runs."""
 
     def __init__(self, owned_file: str, observer: observe.Observer | None = None) -> None:
         self.owned_file = os.path.realpath(owned_file)
         self.events: list[dict] = []
         self.active = False
-        self.ghost = False
         self.observer = observer
         self.wrappers: list = []
         self.recorder: discovery.Recorder | None = None  # records the launch program of a recorded call
@@ -70,8 +69,6 @@ class LaunchLog:
             owned = file == log.owned_file
             if log.active and not kwargs.get("warmup"):
                 log.events.append({"name": getattr(fn, "__name__", "?"), "file": file, "owned": owned})
-            if log.ghost and owned and not kwargs.get("warmup"):
-                return None
             recorder = log.recorder if log.active and not kwargs.get("warmup") else None
             if recorder is not None and recorder.active:
                 recorder.launch(fn_self, args, kwargs)
@@ -260,7 +257,7 @@ class Worker:
         audit.recorder = recorder
         threads_before = self._threads_at_start()
         depth = torch._C._len_torch_dispatch_stack()
-        self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
+        self.log.active = True
         self.observer.begin(profile=self.device == "cpu")
         changed = None
         try:
@@ -276,7 +273,7 @@ class Worker:
             self._sync()
         finally:
             self.observer.end()
-            self.log.active, self.log.ghost = False, False
+            self.log.active = False
             if changed:
                 raise TamperError(f"{changed} during the call")
         self.inputs = inputs
@@ -320,7 +317,7 @@ class Worker:
         filled = fill_free_blocks(torch)
         threads_before = self._threads_at_start()
         recorder = self._recorder(msg, inputs)
-        self.log.active, self.log.ghost = True, bool(msg.get("ghost"))
+        self.log.active = True
         try:
             with torch.no_grad(), gpu_profiler() as prof:
                 if recorder is not None:  # the plumbing is read at the dispatcher (a mode for this call only)
@@ -332,7 +329,7 @@ class Worker:
                     out = self._watched_model()(**inputs)
                 torch.cuda.synchronize()
         finally:
-            self.log.active, self.log.ghost = False, False
+            self.log.active = False
         self.inputs = inputs
         launches = self.log.take()
         self._check_tamper("the call")
@@ -486,9 +483,9 @@ class Worker:
         return time.perf_counter() - began
 
     def _recorder(self, msg: dict, inputs: dict) -> discovery.Recorder | None:
-        """The recorder of this call's launch program where the parent asked for one (never in a ghost call)."""
+        """The recorder of this call's launch program where the parent asked for one."""
         self.log.recorder = None
-        if not msg.get("record") or msg.get("ghost"):
+        if not msg.get("record"):
             return None
         recorder = discovery.Recorder(self.file, self.state)
         recorder.begin(inputs, self.torch)
