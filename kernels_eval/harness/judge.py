@@ -99,7 +99,9 @@ class Replayer:
                              start_timeout_s=config.start_timeout_s, sandboxed=config.sandbox, scratch=self.dir,
                              max_processes=config.max_processes, files=(),
                              visible_device=config.device_index if config.device == "cuda" else None,
-                             module="kernels_eval.harness.replay")
+                             module="kernels_eval.harness.replay",
+                             use_cgroup=config.memory_accounting != "process",
+                             require_cgroup=config.memory_accounting == "cgroup")
 
     def close(self) -> None:
         if self.process is not None:
