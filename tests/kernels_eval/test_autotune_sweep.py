@@ -15,8 +15,9 @@ from kernels_eval.harness.autotune_protocol import Budget, ChoiceStore, Protocol
 
 torch = pytest.importorskip("torch")
 
-from kernels_eval.harness import runner  # noqa: E402
+from kernels_eval.harness import operator_judge, runner  # noqa: E402
 from kernels_eval.harness.judge import Outcome, Recorded  # noqa: E402
+from kernels_eval.harness.protocol import WorkerReply  # noqa: E402
 from kernels_eval.harness.verdict import Verdict  # noqa: E402
 
 KEY = "(64, 'torch.float32')"
@@ -95,7 +96,7 @@ class FakeReplayer:
         index = program.program["pins"].get("gemm", {}).get(KEY)
         self.timed.append((index, time_seeds, self.config.timing_budget_s))
         self.states.append(state)
-        if self.repeats and time_seeds == runner.TIMING_SETS:
+        if self.repeats and time_seeds == operator_judge.TIMING_SETS:
             t = self.repeats.pop(0)
             return Outcome(native=True, times_s=[t] * 5, kernel_us={"gemm": t * 1e6})
         us = self.us[index]
@@ -126,7 +127,7 @@ class Judge(runner.OperatorJudge):
     def _judged_call(self, model, init_kwargs, input_kwargs, **flags):
         self.sent.append({"cmd": "call", **flags})
         self.last_seed = 7
-        return {"ok": True, "program": {"pins": flags.get("pins", {})}}, [], 0.0
+        return WorkerReply(ok=True, program={"pins": flags.get("pins", {})}), [], 0.0
 
 
 SHAPE = ({"eps": 1e-6}, {"token_count": 4, "hidden_size": 64})
@@ -151,7 +152,7 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     assert v.t_measured_s == pytest.approx(2.0e-6) and v.timing_rule == "device_busy"
     # the sweep's replays ran with the protocol's budget, 3 rounds of 3 configurations; the timing with the run's
     assert [t for t in replayer.timed if t[2] == Budget().budget_s] == [(i, 2, 0.02) for i in (0, 2, 5)] * 3
-    assert replayer.timed[-1] == (5, runner.TIMING_SETS, config.timing_budget_s)
+    assert replayer.timed[-1] == (5, operator_judge.TIMING_SETS, config.timing_budget_s)
     # every program recorded with a pin is replayed with the state of the worker that recorded it
     assert replayer.states == [{"snapshot": "of this judge's worker"}] * 10
     kept = list(store.rglob("*.json"))
