@@ -295,15 +295,26 @@ class TraceStore:
     def conservation(self, trace_id: str) -> dict:
         """Time conservation of a stored trace, from its written kernel_events against what the reader found
         in the file when it was parsed (no second parse): passed, and the ns and rows on each side."""
-        summary = self.summary(trace_id)
-        written = self.scan("kernel_events", [trace_id]).select("dur_ns", "attribution").collect()
-        attributed_ns = int(written.filter(pl.col("attribution").is_in(ATTRIBUTED))["dur_ns"].sum())
-        unattributed_ns = int(written["dur_ns"].sum()) - attributed_ns
-        file_ns = summary.file_gpu_ns
-        return {"passed": attributed_ns + unattributed_ns == file_ns and written.height == summary.file_events,
+        return self.conservation_many([trace_id])[trace_id]
+
+    def conservation_many(self, trace_ids: Iterable[str]) -> dict[str, dict]:
+        """`conservation` of each stored trace named, their kernel_events read in one scan."""
+        ids = list(dict.fromkeys(trace_ids))
+        written = {row["trace_id"]: row for row in self.scan("kernel_events", ids).group_by("trace_id").agg(
+            pl.col("dur_ns").filter(pl.col("attribution").is_in(ATTRIBUTED)).sum().alias("attributed_ns"),
+            pl.col("dur_ns").sum().alias("all_ns"), pl.len().alias("rows")).collect().iter_rows(named=True)}
+        out = {}
+        for trace_id in ids:
+            summary, row = self.summary(trace_id), written.get(trace_id, {"attributed_ns": 0, "all_ns": 0, "rows": 0})
+            attributed_ns = int(row["attributed_ns"] or 0)
+            unattributed_ns = int(row["all_ns"] or 0) - attributed_ns
+            file_ns = summary.file_gpu_ns
+            out[trace_id] = {
+                "passed": attributed_ns + unattributed_ns == file_ns and row["rows"] == summary.file_events,
                 "file_gpu_ns": file_ns, "attributed_ns": attributed_ns, "unattributed_ns": unattributed_ns,
                 "missing_ns": file_ns - attributed_ns - unattributed_ns,
-                "rows_written": written.height, "rows_in_file": summary.file_events}
+                "rows_written": int(row["rows"]), "rows_in_file": summary.file_events}
+        return out
 
     # ---- writing --------------------------------------------------------------------------------
     def put(self, result) -> TraceSummary:

@@ -17,6 +17,7 @@ DAGSTER_HOME = ".dagster_home"
 # The instance configuration of record lives in the default home, not the repo root: `dagster dev` warns that a
 # ./dagster.yaml "will not be used" whenever DAGSTER_HOME names another directory.
 INSTANCE_CONFIG = f"{DAGSTER_HOME}/dagster.yaml"
+PACKAGED_CONFIG = Path(__file__).with_name("instance.yaml")  # what ./.dagster_home/dagster.yaml links to
 INGEST = ["kernel_events", "op_shape_time"]
 REFRESH = ["fleet_weights", "release_bundle", "weight_drift"]
 EVALUATE = ["evaluation_results", "scores"]
@@ -37,16 +38,33 @@ def run_config(selection: list[str], device: str, gpus: int) -> dict:
 
 
 def dagster_home(path: str | None = None) -> Path:
-    """$DAGSTER_HOME, else ./.dagster_home; another home gets a link to ./.dagster_home/dagster.yaml (so history persists)."""
+    """$DAGSTER_HOME, else ./.dagster_home, made if missing and holding a dagster.yaml: a home without one gets a
+    link to ./.dagster_home/dagster.yaml where that exists (a checkout: so history persists under one
+    configuration), else a copy of the packaged configuration of record (pipelines/instance.yaml)."""
     home = Path(path or os.environ.get("DAGSTER_HOME") or DAGSTER_HOME).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config, root_config = home / "dagster.yaml", Path(INSTANCE_CONFIG).resolve()
-    if not config.exists() and root_config.is_file() and root_config != config:
+    if config.is_file():
+        return home
+    config.unlink(missing_ok=True)  # a link whose target is gone
+    if root_config.is_file() and root_config != config.resolve():
         try:
             config.symlink_to(os.path.relpath(root_config, home))
+            return home
         except OSError:
-            shutil.copyfile(root_config, config)
+            pass
+    shutil.copyfile(root_config if root_config.is_file() else PACKAGED_CONFIG, config)
     return home
+
+
+def check_inputs(store) -> None:
+    """Raise, with a one-line message naming the file, when the trace root or fleet.yaml cannot be used (before any
+    run, so that nothing is created on bad input)."""
+    from weighting.fleet import load_fleet
+
+    if not Path(store.trace_root).is_dir():
+        raise NotADirectoryError(f"{store.trace_root}: trace root is not a directory (--traces)")
+    load_fleet(store.fleet, store.trace_root)  # FleetError (a ValueError) names the file, field and problem
 
 
 def _checks(result, suffix: str = "") -> dict[str, bool]:
@@ -62,18 +80,26 @@ class _Graph:
         self.store, self.instance, self.defs = store, instance, definitions_for(store)
         self.on_run, self.on_event = on_run, on_event
 
-    def run(self, selection: list[str], partition_key: str | None = None):
+    def run(self, selection: list[str], partition_key: str | None = None, partition_range: tuple[str, str] | None = None):
+        """One run of the job of `selection`: of one partition, of a range of partitions (one run for all of them, as
+        a single-run backfill launches it), or unpartitioned."""
         from kernels_eval.harness.shard import host_gpus
+        from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
         config = run_config(selection, self.store.device, host_gpus() if self.store.device == "cuda" else 0)
         job = self.defs.resolve_job_def(JOB_OF[tuple(selection)])
+        tags = None
+        if partition_range is not None and partition_range[0] != partition_range[1]:
+            tags = {ASSET_PARTITION_RANGE_START_TAG: partition_range[0], ASSET_PARTITION_RANGE_END_TAG: partition_range[1]}
+        elif partition_range is not None:
+            partition_key = partition_range[0]
         run_id = str(uuid.uuid4())  # known before the run starts, so its events reach on_event as they are stored
         if self.on_event is not None:
             self.instance.add_event_listener(run_id, self.on_event)
         result = job.execute_in_process(run_config=config, instance=self.instance, partition_key=partition_key,
-                                        raise_on_error=False, run_id=run_id)
+                                        tags=tags, raise_on_error=False, run_id=run_id)
         if self.on_run is not None:
-            self.on_run(result, partition_key)
+            self.on_run(result, partition_key if tags is None else f"{partition_range[0]} … {partition_range[1]}")
         return result
 
     def add_partitions(self, partitions, keys: list[str]) -> list[str]:
@@ -85,25 +111,45 @@ class _Graph:
         return keys
 
 
+def ranges(order: list[str], wanted: set[str]) -> list[list[str]]:
+    """The runs of consecutive keys of `order` that are all in `wanted`."""
+    out: list[list[str]] = []
+    previous_wanted = False
+    for key in order:
+        if key in wanted:
+            out[-1].append(key) if previous_wanted else out.append([key])
+        previous_wanted = key in wanted
+    return out
+
+
 def _ingest(graph: _Graph, summary: dict) -> int:
-    """Materialise every trace partition not yet materialised over the trace file's current bytes; how many were."""
+    """Materialise every trace partition not yet materialised over the trace file's current bytes, all of them in one
+    run (a single-run backfill: one fan-out ingest, each partition checked on its own); how many were."""
     from pipelines.partitions import trace_files
 
     import dagster as dg
 
-    store, ingested = graph.store, 0
+    store = graph.store
     materialised = graph.instance.get_materialized_partitions(dg.AssetKey("op_shape_time"))
-    for key in graph.add_partitions(trace_files, store.trace_keys()):
-        done = store.read_summary(key)
-        if done is not None and key in materialised:
-            summary["traces"].append({"partition": key, "trace_id": done["trace_id"], "status": "already ingested"})
-            continue
-        r = graph.run(INGEST, key)
-        ingested += r.success
-        summary["traces"].append({"partition": key, "trace_id": (store.read_summary(key) or {}).get("trace_id"),
-                                  "status": "ingested" if r.success else "failed"})
-        summary["checks"].update(_checks(r, f"[{key}]"))
-    return ingested
+    keys = graph.add_partitions(trace_files, store.trace_keys())
+    status: dict[str, dict] = {}
+    for key in keys:
+        done = store.read_summary(key) if key in materialised else None
+        if done is not None:
+            status[key] = {"partition": key, "trace_id": done["trace_id"], "status": "already ingested"}
+    # a run covers a range of the partitions in the order they were added: one range unless some in between are done
+    for batch in ranges(graph.instance.get_dynamic_partitions(trace_files.name), set(keys) - set(status)):
+        r = graph.run(INGEST, partition_range=(batch[0], batch[-1]))
+        conserved = {e.partition or batch[0]: e.passed for e in r.get_asset_check_evaluations()}
+        summary["checks"].update({f"kernel_events:gpu_time_conserved[{k}]": ok for k, ok in conserved.items()})
+        ids = {m.partition or batch[0]: m.metadata["trace_id"].value
+               for m in (e.materialization for e in r.get_asset_materialization_events())
+               if m.asset_key == dg.AssetKey("kernel_events") and "trace_id" in m.metadata}
+        for key in batch:
+            ok = r.success and conserved.get(key, False)
+            status[key] = {"partition": key, "trace_id": ids.get(key), "status": "ingested" if ok else "failed"}
+    summary["traces"].extend(status[k] for k in keys)
+    return sum(t["status"] == "ingested" for t in status.values())
 
 
 def _evaluate(graph: _Graph, summary: dict, release_name: str, version: int) -> None:
@@ -137,13 +183,19 @@ def materialize_all(store, instance, on_run=None, on_event=None) -> dict:
     """Ingest new traces (one partition each), refresh weights → release → drift, evaluate new
     submissions and score every submission under the latest weights.
 
-    As the sensors and schedules would: the refresh runs when something new was ingested or no
-    release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
+    As the sensors and schedules would: the refresh runs when something new was ingested, fleet.yaml was edited
+    since the latest weights, or no release exists, and stored results are only re-scored; a second call on the same inputs changes nothing.
     `on_run` gets each run's result as it ends, `on_event` each event of a run as the instance stores it.
     """
+    from pipelines.defs.fleet import fleet_changed, fleet_observation
+
     graph = _Graph(store, instance, on_run, on_event)
     summary: dict = {"traces": [], "checks": {}, "refreshed": False}
-    if _ingest(graph, summary) or not (store.release_dir / "release.json").is_file():
+    edited = fleet_changed(instance, store)  # fleet.yaml differs from the version of the latest weights
+    if edited is not None:
+        instance.report_runless_asset_event(fleet_observation(store, edited))
+        summary["fleet_changed"] = edited
+    if _ingest(graph, summary) or edited is not None or not (store.release_dir / "release.json").is_file():
         r = graph.run(REFRESH)
         summary["checks"].update(_checks(r))
         summary["refreshed"] = r.success
@@ -168,12 +220,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from pipelines.progress import AssetProgress
     from pipelines.resources import HotshapeStore
 
-    problem = check_bwrap()  # the evaluation step runs candidates in bubblewrap: say so before the first asset
+    store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
+                          device=args.device)
+    check_inputs(store)  # bad input: one line and exit 2 (cli.error_line), before anything is made
+    problem = check_bwrap() if store.submission_keys() else None  # candidates run in bubblewrap: say so first
     if problem:
         print(f"hotshape run-pipeline: {problem} (Debian/Ubuntu: apt-get install bubblewrap)", file=sys.stderr)
         return 2
-    store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
-                          device=args.device)
     home = dagster_home(args.dagster_home)
     instance = dg.DagsterInstance.from_config(str(home))
     # on stderr (a terminal, or --progress), so a long refresh is not silent: each asset as it materialises
@@ -197,6 +250,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         print(f"{t['status']:17s} {t['partition']}  {t['trace_id'] or ''}")
     for name in failed:
         print(f"check failed: {name}", file=sys.stderr)
+    if summary.get("fleet_changed"):
+        print(f"fleet:   {args.fleet} changed since the latest weights (now {summary['fleet_changed']}): weights refreshed")
     if "release" in summary:
         print(f"release: {summary['release']} (weights v{summary['weights_version']})")
     if summary.get("drift_report"):

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.defs import ingest, jobs, kernels_eval, release, schedules, sensors, weighting
+from pipelines.defs import fleet, ingest, jobs, kernels_eval, release, schedules, sensors, weighting
 from pipelines.resources import HotshapeStore, store_from_env
 
 OWNERS = ["team:hotshape"]
 ASSETS = dg.map_asset_specs(lambda spec: spec.replace_attributes(owners=OWNERS), [
-    ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle, release.weight_drift,
+    fleet.fleet_file, ingest.kernel_events, ingest.op_shape_time, weighting.fleet_weights, release.release_bundle,
+    release.weight_drift,
     kernels_eval.evaluation_results, kernels_eval.scores])
 CHECKS = [
     ingest.gpu_time_conserved,
@@ -30,7 +31,8 @@ CHECKS = [
     kernels_eval.s_agg_in_range,
 ]
 JOBS = [jobs.ingest_job, jobs.refresh_job, jobs.evaluate_job, jobs.rescore_job]
-SENSORS = [sensors.new_trace_sensor, sensors.new_submission_sensor, sensors.new_weights_sensor]
+SENSORS = [sensors.new_trace_sensor, sensors.fleet_change_sensor, sensors.new_submission_sensor,
+           sensors.new_weights_sensor]
 SCHEDULES = [schedules.refresh_schedule, schedules.rescore_schedule]
 
 

@@ -12,6 +12,10 @@ import dagster as dg
 
 # The figures of an asset's metadata a progress line names, in this order, with how each reads.
 FIGURES: tuple[tuple[str, Callable[[object], str]], ...] = (
+    ("batch_partitions", lambda v: f"{v:,} partitions in one run"),
+    ("batch_parsed", lambda v: f"{v:,} parsed"),
+    ("batch_reused", lambda v: f"{v:,} already in the store"),
+    ("batch_unreadable", lambda v: f"{v:,} unreadable" if v else ""),
     ("dagster/row_count", lambda v: f"{v:,} rows"),
     ("parsed", lambda v: "parsed" if v else "already in the store"),
     ("problems", lambda v: f"{v} problems"),
@@ -29,7 +33,10 @@ def figures(metadata: dict) -> str:
     """The one-line summary of an asset's materialisation metadata (rows, problems, ...; tables and plots left
     out), or ''."""
     values = {k: getattr(v, "value", v) for k, v in metadata.items()}
-    return ", ".join(say(values[k]) for k, say in FIGURES if isinstance(values.get(k), (int, float, str)))
+    if "batch_partitions" in values:  # a run of many partitions: the batch's figures, not one partition's
+        values = {k: v for k, v in values.items() if k.startswith("batch_")}
+    said = (say(values[k]) for k, say in FIGURES if isinstance(values.get(k), (int, float, str)))
+    return ", ".join(s for s in said if s)
 
 
 def asset_line(asset: str, partition: str | None, seconds: float, summary: str) -> str:
@@ -40,10 +47,10 @@ def asset_line(asset: str, partition: str | None, seconds: float, summary: str) 
 
 class AssetProgress:
     """An instance event listener (`DagsterInstance.add_event_listener`) that writes one line per asset
-    materialised, and one per failed step, as each happens."""
+    materialised (one per step for a run of many partitions), and one per failed step, as each happens."""
 
     def __init__(self, write: Callable[[str], None]):
-        self.write, self.started = write, {}
+        self.write, self.started, self.batches = write, {}, set()
 
     def __call__(self, entry) -> None:
         event = entry.dagster_event
@@ -54,7 +61,13 @@ class AssetProgress:
         elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
             done = entry.asset_materialization
             seconds = entry.timestamp - self.started.get(entry.step_key, entry.timestamp)
-            self.write(asset_line(done.asset_key.to_user_string(), done.partition, seconds, figures(done.metadata)))
+            partition = done.partition
+            if "batch_partitions" in done.metadata:
+                if (entry.run_id, entry.step_key) in self.batches:
+                    return
+                self.batches.add((entry.run_id, entry.step_key))
+                partition = f"{done.metadata['batch_partitions'].value} partitions"
+            self.write(asset_line(done.asset_key.to_user_string(), partition, seconds, figures(done.metadata)))
         elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
             seconds = entry.timestamp - self.started.get(entry.step_key, entry.timestamp)
             error = event.step_failure_data.error

@@ -11,16 +11,11 @@ import dagster as dg
 import polars as pl
 
 import ingest.schema as ingest_schema
-from pipelines.defs.metadata import column_schema, rounded, table, top_operators
+from pipelines.defs.code_versions import code_version
+from pipelines.defs.lineage import column_lineage
+from pipelines.defs.metadata import add_partition_metadata, column_schema, path_value, rounded, table, top_operators
 from pipelines.partitions import trace_files
 from pipelines.resources import HotshapeStore
-
-
-def _summary(context, store: HotshapeStore) -> dict:
-    summary = store.read_summary(context.partition_key)
-    if summary is None:
-        raise dg.Failure(f"trace {context.partition_key!r} has not been ingested (not in the trace store)")
-    return summary
 
 
 # One run for a backfill of many partitions: Dagster's per-run cost is paid once, not per trace.
@@ -29,72 +24,76 @@ BATCH = dg.BackfillPolicy.single_run()
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
 
 
-def _ingest_batch(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
-    """Every partition of the run ingested in one fan-out; per-trace metadata as one observation each.
+def events_figures(store: HotshapeStore, summary, parsed: bool) -> dict:
+    """What the UI shows of one partition's kernel_events (its stored TraceSummary): sized for a page per trace."""
+    by_attribution = pl.DataFrame(sorted(summary.by_attribution.items()), schema=["attribution", "dur_ns"], orient="row")
+    return rounded({
+        "dagster/row_count": summary.events,
+        "trace_id": summary.trace_id,
+        "parsed": parsed,  # False: the same bytes were already in the store
+        "gpu_ms": summary.gpu_ns / 1e6,
+        "attributed_share": summary.attributed_ns / summary.gpu_ns if summary.gpu_ns else 0.0,
+        "kernels": summary.kernels,
+        "by_attribution": table(by_attribution),
+        "path": path_value(store.kernel_events_file(summary.trace_id)),
+    })
 
-    A trace that cannot be read does not fail the batch: its gpu_time_conserved evaluation fails,
-    and fleet_weights leaves it out with that reason.
+
+@dg.asset(partitions_def=trace_files, group_name="ingest", kinds={"polars", "parquet"}, backfill_policy=BATCH,
+          code_version=code_version("ingest", "catalogue"),
+          metadata={"dagster/column_schema": column_schema(ingest_schema.CLASSIFIED_EVENTS)})
+def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
+    """One row per GPU kernel, memcpy and memset of one trace file, attributed to its operator, shape and phase.
+
+    A run of many partitions ingests them in one fan-out, and a trace that cannot be read does not fail it: its
+    gpu_time_conserved evaluation fails, and fleet_weights leaves it out with that reason.
     """
     keys = list(context.partition_keys)
     traces = store.trace_store()
-    report = traces.ingest([store.trace_path(k) for k in keys], keys, cluster=store.dask_scheduler)
+    report = traces.ingest([store.trace_path(k) for k in keys], keys, jobs=1 if len(keys) == 1 else None,
+                           cluster=store.dask_scheduler)
+    parsed, by_partition = set(report.parsed), {}
     for key in keys:
-        summary = store.read_summary(key) if key in report.ids else None
-        context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=key, metadata={
-            "trace_id": report.ids.get(key, ""), "parsed": report.ids.get(key) in report.parsed,
-            "stored": summary is not None, **({"dagster/row_count": summary["events"]} if summary else {})}))
-    return dg.MaterializeResult(metadata={"partitions": len(keys), "parsed": len(report.parsed),
-                                          "reused": len(report.reused), "unreadable": len(report.unreadable)})
-
-
-@dg.asset(partitions_def=trace_files, group_name="ingest", kinds={"polars", "parquet"}, backfill_policy=BATCH)
-def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
-    """One row per GPU kernel, memcpy and memset of one trace file, attributed to its operator, shape and phase."""
-    if len(context.partition_keys) > 1:
-        return _ingest_batch(context, store)
-    key = context.partition_key
-    traces = store.trace_store()
-    report = traces.ingest([store.trace_path(key)], [key], jobs=1, cluster=store.dask_scheduler)
-    if key not in report.ids:
-        raise dg.Failure(f"{key}: {report.unreadable[0]['reason']}")
-    trace_id = report.ids[key]
-    if traces.summary(trace_id) is None:
-        raise dg.Failure(f"{key}: quarantined: {traces.quarantine_reason(trace_id)}")
-    summary = store.read_summary(key)
-    by_attribution = pl.DataFrame(sorted(summary["by_attribution"].items()), schema=["attribution", "dur_ns"], orient="row")
-    return dg.MaterializeResult(metadata=rounded({
-        "dagster/row_count": summary["events"],
-        "dagster/column_schema": column_schema(ingest_schema.CLASSIFIED_EVENTS),
-        "trace_id": trace_id,
-        "parsed": trace_id in report.parsed,  # False: the same bytes were already in the store
-        "gpu_ms": summary["gpu_ns"] / 1e6,
-        "attributed_share": summary["attributed_ns"] / summary["gpu_ns"] if summary["gpu_ns"] else 0.0,
-        "kernels": summary["kernels"],
-        "by_attribution": table(by_attribution),
-        "path": dg.MetadataValue.path(str(store.kernel_events_file(trace_id))),
-    }))
+        trace_id = report.ids.get(key)
+        summary = traces.summary(trace_id) if trace_id else None
+        if len(keys) == 1 and trace_id is None:
+            raise dg.Failure(f"{key}: {report.unreadable[0]['reason']}")
+        if len(keys) == 1 and summary is None:
+            raise dg.Failure(f"{key}: quarantined: {traces.quarantine_reason(trace_id)}")
+        by_partition[key] = events_figures(store, summary, trace_id in parsed) if summary else {"trace_id": trace_id or ""}
+        if len(keys) == 1:
+            return dg.MaterializeResult(metadata=by_partition[key])
+    add_partition_metadata(context, by_partition)
+    return dg.MaterializeResult(metadata={"batch_partitions": len(keys), "batch_parsed": len(report.parsed),
+                                          "batch_reused": len(report.reused), "batch_unreadable": len(report.unreadable)})
 
 
 @dg.asset(partitions_def=trace_files, group_name="ingest", kinds={"polars", "parquet"}, deps=[kernel_events],
-          backfill_policy=BATCH)
+          backfill_policy=BATCH, code_version=code_version("ingest", "catalogue"),
+          metadata={"dagster/column_schema": column_schema(ingest_schema.OP_SHAPE_TIME),
+                    "dagster/column_lineage": column_lineage("op_shape_time")})
 def op_shape_time(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """GPU time and calls per operator × shape × phase of one trace file (written to the store with its kernel_events)."""
-    if len(context.partition_keys) > 1:
-        ids = [s["trace_id"] for k in context.partition_keys if (s := store.read_summary(k)) is not None]
-        rows = store.trace_store().scan("op_shape_time", ids).select("trace_id").collect().height
-        return dg.MaterializeResult(metadata={"dagster/row_count": rows, "partitions": len(context.partition_keys),
-                                              "traces": len(ids)})
-    summary = _summary(context, store)
-    path = store.op_shape_time_file(summary["trace_id"])
-    frame = pl.read_parquet(path)
-    top = top_operators(frame, "gpu_ns").with_columns((pl.col("gpu_ns") / 1e6).alias("gpu_ms")).drop("gpu_ns")
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": frame.height,
-        "dagster/column_schema": column_schema(ingest_schema.OP_SHAPE_TIME),
-        "operators": frame["operator"].n_unique(),
-        "top_operators": table(top.select("operator", "gpu_ms", "share")),
-        "path": dg.MetadataValue.path(str(path)),
-    })
+    keys = list(context.partition_keys)  # each use of context.partition_keys resolves the range in the instance again
+    ids = {key: tid for key, (_, tid) in batch_traces(context, store, keys).items() if tid}
+    if len(keys) == 1 and not ids:
+        raise dg.Failure(f"trace {context.partition_key!r} has not been ingested (not in the trace store)")
+    traces = store.trace_store()
+    # every trace's rows in one query: a trace's few small queries cost the frame library ~1 ms each
+    frame = traces.scan("op_shape_time", ids.values()).collect()
+    by_trace = {tid: part for (tid,), part in frame.partition_by("trace_id", as_dict=True).items()}
+    by_partition = {}
+    for key, trace_id in ids.items():
+        part = by_trace.get(trace_id, frame.clear())
+        top = top_operators(part, "gpu_ns").with_columns((pl.col("gpu_ns") / 1e6).alias("gpu_ms")).drop("gpu_ns")
+        by_partition[key] = {
+            "dagster/row_count": part.height, "trace_id": trace_id, "operators": part["operator"].n_unique(),
+            "top_operators": table(top.select("operator", "gpu_ms", "share")),
+            "path": path_value(traces.file("op_shape_time", trace_id))}
+        if len(keys) == 1:
+            return dg.MaterializeResult(metadata=by_partition[key])
+    add_partition_metadata(context, by_partition)
+    return dg.MaterializeResult(metadata={"batch_partitions": len(keys), "batch_traces": len(ids)})
 
 
 # Partition-aware asset checks are a "preview" API in dagster 1.13 (pinned to 1.13.27 in pyproject);
@@ -108,9 +107,29 @@ with warnings.catch_warnings():
         if len(context.partition_keys) > 1:
             yield from _conserved_batch(context, store)
             return
-        summary = _summary(context, store)
+        summary = store.read_summary(context.partition_key)
+        if summary is None:
+            raise dg.Failure(f"trace {context.partition_key!r} has not been ingested (not in the trace store)")
         found = store.trace_store().conservation(summary["trace_id"])
         yield dg.AssetCheckResult(passed=found.pop("passed"), metadata=found)
+
+
+def batch_traces(context, store: HotshapeStore, keys: list[str]) -> dict[str, tuple]:
+    """Partition → (its kernel_events materialisation record of this run, its trace_id or ''): one query of the
+    asset's latest materialisations, no trace file read again. A partition this run did not materialise (the
+    asset run on its own) is looked up in the store by its file's bytes, with no record."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=kernel_events.key, asset_partitions=keys), limit=len(keys)).records
+    out = {}
+    for record in records:
+        done = record.asset_materialization
+        if record.run_id == context.run.run_id and done.partition not in out:
+            out[done.partition] = (record, done.metadata["trace_id"].value if "trace_id" in done.metadata else "")
+    for key in keys:
+        if key not in out:
+            summary = store.read_summary(key)
+            out[key] = (None, summary["trace_id"] if summary else "")
+    return out
 
 
 def _conserved_batch(context: dg.AssetCheckExecutionContext, store: HotshapeStore):
@@ -122,15 +141,16 @@ def _conserved_batch(context: dg.AssetCheckExecutionContext, store: HotshapeStor
     )
 
     traces = store.trace_store()
-    for key in context.partition_keys:
-        summary = store.read_summary(key)
-        found = traces.conservation(summary["trace_id"]) if summary else {
-            "passed": False, "reason": "not in the trace store (unreadable or quarantined)"}
-        record = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=kernel_events.key, asset_partitions=[key]), limit=1).records[0]
+    keys = list(context.partition_keys)
+    done = batch_traces(context, store, keys)
+    stored = [tid for _, tid in done.values() if tid and traces.summary(tid) is not None]
+    found = traces.conservation_many(stored)
+    for key in keys:
+        record, trace_id = done.get(key, (None, ""))
+        result = dict(found.get(trace_id) or {"passed": False, "reason": "not in the trace store (unreadable or quarantined)"})
         yield dg.AssetCheckEvaluation(
-            asset_key=kernel_events.key, check_name="gpu_time_conserved", passed=found.pop("passed"),
-            metadata=found, partition=key, blocking=False,
-            target_materialization_data=Target(storage_id=record.storage_id, run_id=record.run_id,
-                                               timestamp=record.timestamp))
+            asset_key=kernel_events.key, check_name="gpu_time_conserved", passed=result.pop("passed"),
+            metadata=result, partition=key, blocking=False,
+            target_materialization_data=None if record is None else Target(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp))
     yield dg.Output(None, output_name=next(iter(context.op_execution_context.op_def.output_dict)))

@@ -16,7 +16,8 @@ from kernels_eval.results_schema import RESULTS, read_results
 from kernels_eval.results_verify import check_results
 from kernels_eval.run_summary import operator_summaries
 from kernels_eval.scoring import score
-from pipelines.defs.metadata import column_schema, rounded, table
+from pipelines.defs.code_versions import code_version
+from pipelines.defs.metadata import column_schema, path_value, rounded, table
 from pipelines.defs.release import release_bundle
 from pipelines.partitions import submissions
 from pipelines.resources import HotshapeStore
@@ -33,7 +34,8 @@ class EvaluationDevices(dg.Config):
 
 
 @dg.asset(partitions_def=submissions, group_name="kernels_eval", kinds={"triton", "parquet"}, deps=[release_bundle],
-          pool=GPU_POOL)
+          pool=GPU_POOL, code_version=code_version("kernels_eval", "release", "catalogue"),
+          metadata={"dagster/column_schema": column_schema(RESULTS)})
 def evaluation_results(context: dg.AssetExecutionContext, config: EvaluationDevices,
                        store: HotshapeStore) -> dg.MaterializeResult:
     """One row per problem of the release for a new run of one submission: compile, correctness, adoption, timing."""
@@ -45,10 +47,10 @@ def evaluation_results(context: dg.AssetExecutionContext, config: EvaluationDevi
     rows = evaluate_to(path, store.submission_path(key), release, config, devices=devices).rows  # signed, merged
     summary = eval_summary(rows)
     return dg.MaterializeResult(metadata=rounded({
-        "dagster/row_count": len(rows), "dagster/column_schema": column_schema(RESULTS), "run": config.run, "hardware": hardware, "device": store.device,
+        "dagster/row_count": len(rows), "run": config.run, "hardware": hardware, "device": store.device,
         "devices": ",".join(map(str, devices or [])) or "default", "compile_rate": summary["compile_rate"] or 0.0, "correct_rate": summary["correct_rate"] or 0.0,
         "native_rate": summary["native_rate"] or 0.0, "performance_measured": summary["performance_measured"],
-        "operators": table(operator_table(rows), limit=40), "path": dg.MetadataValue.path(str(path)),
+        "operators": table(operator_table(rows), limit=40), "path": path_value(path),
     }))
 
 
@@ -65,7 +67,7 @@ def operator_table(rows: list[dict]) -> pl.DataFrame:
 
 
 @dg.asset(partitions_def=submissions, group_name="kernels_eval", kinds={"polars", "json"},
-          deps=[evaluation_results, release_bundle])
+          deps=[evaluation_results, release_bundle], code_version=code_version("kernels_eval", "release", "catalogue"))
 def scores(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """S_agg, per-operator S_op and stage rates of one submission under the release's latest weights (no GPU)."""
     key = context.partition_key
@@ -88,7 +90,7 @@ def scores(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.Materi
         "evaluated": first.get("evaluated", 0), "problems": first.get("problems", 0),
         "performance_measured": bool(first.get("performance_measured")),
         "S_op": table(s_op.sort("W_op", descending=True), limit=40),
-        "path": dg.MetadataValue.path(str(path)),
+        "path": path_value(path),
     }))
 
 

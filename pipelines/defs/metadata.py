@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -56,10 +57,31 @@ def column_schema(schema: pa.Schema | dict, columns: dict | None = None) -> dg.M
     def described(field: pa.Field) -> str | None:
         meta = field.metadata or {}
         text, unit = meta.get(b"description", b"").decode(), meta.get(b"unit", b"").decode()
-        return (f"{text} [{unit}]" if unit else text) or None
+        return markdown_text(f"{text} [{unit}]" if unit else text) or None
 
     return dg.MetadataValue.table_schema(dg.TableSchema(columns=[
         dg.TableColumn(f.name, str(f.type), description=described(f)) for f in schema]))
+
+
+# Characters that markdown (the UI renders column descriptions as markdown) would read as markup anywhere in a line:
+# `<operator>` is an HTML tag to it, `__init__` bold, `&lt;` an entity. Each is escaped with a backslash, which
+# CommonMark allows before any ASCII punctuation; those that are markup only at a line's start are escaped there.
+MARKDOWN_SPECIAL = frozenset("\\`*_[]<>|~&")
+MARKDOWN_LINE_START = frozenset("#+-=")
+
+
+def markdown_text(text: str) -> str:
+    """`text` with every character markdown would read as markup escaped, so that the UI shows it as written."""
+    escaped = "".join(f"\\{c}" if c in MARKDOWN_SPECIAL else c for c in text)
+    escaped = re.sub(r"^(\d+)([.)])", r"\1\\\2", escaped)  # "1. x" would start a numbered list
+    return f"\\{escaped}" if escaped[:1] in MARKDOWN_LINE_START else escaped
+
+
+def path_value(path) -> dg.MetadataValue:
+    """A file or directory as path metadata, absolute (the UI's copy button gives a path that works anywhere)."""
+    from pathlib import Path
+
+    return dg.MetadataValue.path(str(Path(path).resolve()))
 
 
 def png_markdown(png: bytes, title: str) -> dg.MetadataValue:
@@ -80,3 +102,19 @@ def top_operators(frame: pl.DataFrame, time_col: str, limit: int = 10) -> pl.Dat
         .with_columns((pl.col(time_col) / total).alias("share"))
         .sort([time_col, "operator"], descending=[True, False]).head(limit)
     )
+
+
+def add_partition_metadata(context: dg.AssetExecutionContext, by_partition: dict[str, dict]) -> None:
+    """Each partition's own materialisation metadata in a run of many partitions (the UI's page per trace), added
+    in one pass.
+
+    `context.add_asset_metadata(partition_key=)` checks each key against the run's partition range, which it
+    resolves in the instance on every call (dagster 1.13.27): N queries of N keys for a batch of N partitions,
+    most of a 1,303-profile run. The keys here are the run's own, so they go to the step's metadata without it.
+    """
+    from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
+
+    step = context.op_execution_context.get_step_execution_context()
+    added = {AssetMetadataHandle(asset_key=context.asset_key, partition_key=k): m for k, m in by_partition.items()}
+    step._metadata_accumulator = OutputMetadataAccumulator(  # a private field: see the docstring
+        per_output_metadata={**step._metadata_accumulator.per_output_metadata, **added})  # noqa: SLF001

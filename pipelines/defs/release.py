@@ -1,10 +1,14 @@
 """Release assets: the release bundle (built, then refreshed to weights vN+1), its drift, and its checks."""
 
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 
 from catalogue.vocabulary import ROW_PHASES
-from pipelines.defs.metadata import column_schema, png_markdown, rounded, svg_markdown, table
+from pipelines.defs.code_versions import code_version
+from pipelines.defs.lineage import column_lineage
+from pipelines.defs.metadata import column_schema, path_value, png_markdown, rounded, svg_markdown, table
 from pipelines.defs.weighting import fleet_weights, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
 from flow.build import build_release, fleet_secrets, load_mined, refresh_release
@@ -18,7 +22,9 @@ from weighting.drift_report import bars_before_after, write_html
 from weighting.fleet import load_fleet
 
 
-@dg.asset(group_name="release", kinds={"parquet"}, deps=[fleet_weights])
+@dg.asset(group_name="release", kinds={"parquet"}, deps=[fleet_weights],
+          code_version=code_version("flow", "release", "weighting", "ingest", "catalogue"),
+          metadata={"dagster/column_schema": column_schema(MANIFEST), "dagster/column_lineage": column_lineage("release_bundle")})
 def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """The release: public manifest and weight versions, sealed provenance and roofline; refreshed to vN+1 once it exists.
 
@@ -35,7 +41,6 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
     coverage = rel.meta.weights[-1].coverage
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": rel.manifest.height,
-        "dagster/column_schema": column_schema(MANIFEST),
         "problems": rel.manifest.height,
         "operators": rel.manifest["operator"].n_unique(),
         "weights_version": rel.versions[-1],
@@ -44,11 +49,12 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
         "top_operators": table(operator_table(rel.manifest, rel.weights())),
         "operator_weights": png_markdown(rel.read_bytes(PLOT_OPERATORS), "weight per operator"),
         "phase_split": png_markdown(rel.read_bytes(PLOT_PHASES), "phase split"),
-        "path": dg.MetadataValue.path(str(out)),
+        "path": path_value(out),
     }))
 
 
-@dg.asset(group_name="release", kinds={"html"}, deps=[release_bundle])
+@dg.asset(group_name="release", kinds={"html"}, deps=[release_bundle],
+          code_version=code_version("weighting", "release", "catalogue"))
 def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """How the release's latest weights version moved from the one before, with an HTML report."""
     rel = read_release(store.release_dir)
@@ -73,7 +79,8 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
             report.operators.head(15).select("operator", "weight_old", "weight_new").rows()), f"W_op v{v - 1} → v{v}"),
         # Movements beyond the new version's bootstrap intervals, as the release's drift JSON marks them.
         "beyond_interval": dg.MetadataValue.json(rounded(beyond or {})),
-        "report": dg.MetadataValue.path(str(html)),
+        "report": path_value(html),
+        "report_url": dg.MetadataValue.url(Path(html).resolve().as_uri()),  # opens in the browser the UI runs in
     }))
 
 

@@ -30,6 +30,8 @@ def refresh_schedule(context: dg.ScheduleEvaluationContext):
 @dg.schedule(job=rescore_job, cron_schedule="0 4 * * *", execution_timezone="UTC",
              default_status=dg.DefaultScheduleStatus.RUNNING)
 def rescore_schedule(context: dg.ScheduleEvaluationContext, store: HotshapeStore):
-    """Daily: re-score every evaluated submission against the latest weights, from stored results (no GPU)."""
+    """Daily: re-score, from stored results (no GPU), every evaluated submission whose score under the latest weights
+    is missing or older than its results (what a missed new_weights_sensor tick left behind)."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return rescore_requests(context.instance, store, day) or dg.SkipReason("no submission has been evaluated yet")
+    return rescore_requests(context.instance, store, day) or dg.SkipReason(
+        "every evaluated submission is scored under the latest weights")

@@ -6,8 +6,11 @@ import math
 import dagster as dg
 import polars as pl
 
+from pipelines.defs.fleet import FLEET_VERSION, fleet_file, fleet_version
 from pipelines.defs.ingest import op_shape_time
-from pipelines.defs.metadata import column_schema, rounded, table, top_operators
+from pipelines.defs.code_versions import code_version
+from pipelines.defs.lineage import column_lineage
+from pipelines.defs.metadata import column_schema, path_value, rounded, table, top_operators
 from pipelines.resources import HotshapeStore
 from weighting.concentration import summary as concentration
 from weighting.fleet import load_fleet
@@ -52,10 +55,14 @@ def entering_traces(instance: dg.DagsterInstance, store: HotshapeStore, fleet) -
     return ids, left_out
 
 
-@dg.asset(group_name="weighting", kinds={"polars", "parquet"}, deps=[op_shape_time])
+@dg.asset(group_name="weighting", kinds={"polars", "parquet"}, deps=[op_shape_time, fleet_file],
+          code_version=code_version("flow", "weighting", "release", "ingest", "catalogue"),
+          metadata={"dagster/column_schema": column_schema(FLEET_WEIGHTS, WEIGHTING_COLUMNS),
+                    "dagster/column_lineage": column_lineage("fleet_weights")})
 def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """Card-hour-weighted fleet GPU time per operator × shape × phase, and the hot problems selected from it,
     over the trace partitions that passed their checks (computed once; release_bundle builds from it)."""
+    version = fleet_version(store)
     fleet = load_fleet(store.fleet, store.trace_root)
     ids, left_out = entering_traces(context.instance, store, fleet)
     mined = mine_store(store.trace_store(), fleet, ids, store.load_policy(), left_out=left_out)
@@ -65,7 +72,7 @@ def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     shares = concentration(selected)
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": mined.fleet_weights.height,
-        "dagster/column_schema": column_schema(FLEET_WEIGHTS, WEIGHTING_COLUMNS),
+        FLEET_VERSION: version,
         "problems": selected.height,
         "operators": selected["operator"].n_unique(),
         "traces_used": mined.traces.height,
@@ -74,7 +81,7 @@ def fleet_weights(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
         "coverage_of_benchmarkable": coverage["coverage_of_benchmarkable"],
         "top_operators": table(ops),
         "concentration": dg.MetadataValue.json(rounded(shares)),
-        "path": dg.MetadataValue.path(str(store.weights_dir)),
+        "path": path_value(store.weights_dir),
     }))
 
 

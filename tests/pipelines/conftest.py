@@ -179,3 +179,12 @@ def materialized_copy(materialized, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(store.out, out)
     return example_store(out)
+
+
+def definition_metadata(key: str) -> dict:
+    """The metadata an asset's definition declares (its column schema and lineage: the same for every
+    materialisation, so not repeated on each)."""
+    from pipelines.definitions import ASSETS
+
+    [spec] = [s for a in ASSETS for s in (a.specs if hasattr(a, "specs") else [a]) if s.key == dg.AssetKey(key)]
+    return dict(spec.metadata)

@@ -11,7 +11,7 @@ import pytest
 from catalogue.roofline import problem_roofline
 from pipelines.commands import materialize_all
 from release.bundle import read_release
-from tests.pipelines.conftest import EXAMPLE_TRACES, example_store
+from tests.pipelines.conftest import EXAMPLE_TRACES, definition_metadata, example_store
 
 # Every profile under examples/traces, found without ingest's discover(): graph-capture sidecars are not profiles.
 EXAMPLE_KEYS = sorted(p.relative_to(EXAMPLE_TRACES).as_posix() for p in EXAMPLE_TRACES.rglob("*.json.gz")
@@ -60,9 +60,10 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
     assert weights["problems"] == selected.height > 0 and weights["traces_used"] == len(EXAMPLE_KEYS)
     assert weights["traces_left_out"] == {}
     assert "gemm" in [r.data["operator"] for r in weights["top_operators"].records]
-    described = {c.name: c.description for c in weights["dagster/column_schema"].columns}
-    assert described["fleet_card_hours"].endswith("[card-hour]")  # weighting.schema's descriptions, with the unit
-    columns = {c.name: c for c in _metadata(instance, "release_bundle")["dagster/column_schema"].columns}
+    described = {c.name: c.description for c in definition_metadata("fleet_weights")["dagster/column_schema"].schema.columns}
+    # weighting.schema's descriptions, with the unit, escaped for the UI's markdown
+    assert described["fleet_card_hours"].endswith(r"\[card-hour\]")
+    columns = {c.name: c for c in definition_metadata("release_bundle")["dagster/column_schema"].schema.columns}
     assert columns["problem_id"].description.startswith("keyed hash")  # release.schema's field descriptions
 
     rel = read_release(store.release_dir)

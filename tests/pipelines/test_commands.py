@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -99,10 +100,83 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, monk
 
 def test_run_pipeline_fails_clearly_without_traces(project, capsys):
     assert main(["run-pipeline", "--traces", "nowhere", "--fleet", "fleet.yaml", "--out", "out", "--json",
-                 "--progress"]) == 1
+                 "--progress"]) == 2
     captured = capsys.readouterr()
-    summary = json.loads(captured.out)
-    assert summary["traces"] == [] and "release" not in summary and "error" in summary
-    # the failed step as it fails, with the asset's own exception rather than Dagster's wrapper
-    assert re.search(r"^failed fleet_weights \d+\.\d s: weighting\.fleet\.FleetError: fleet\.yaml: .* matches nothing",
-                     captured.err, re.M), captured.err
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "hotshape run-pipeline: nowhere: trace root is not a directory (--traces)"]
+    assert not (project / "out").exists() and sorted(p.name for p in (project / ".dagster_home").iterdir()) == [
+        "dagster.yaml"]
+
+
+def test_a_fleet_typo_is_one_line_exit_2_before_any_work(project, capsys):
+    """The real cause (a misspelt field, with its suggestion) in one line; no trace ingested, no run recorded."""
+    (project / "fleet.yaml").write_text(
+        "deployments:\n  - {id: batch-compiled, model: llama3-8b, framework: tc, accelerator: H200,"
+        " card_hours: 2880, phase_mx: {prefill: 0.5, decode: 0.5}, traces: ['llama3-8b-compiled/*.json.gz']}\n")
+    assert main(ARGS) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("hotshape run-pipeline: fleet.yaml") and "phase_mx" in line and "phase_mix" in line, line
+    assert captured.out == "" and not (project / "out").exists()
+    assert sorted(p.name for p in (project / ".dagster_home").iterdir()) == ["dagster.yaml"]
+
+
+def test_outside_a_checkout_the_new_home_gets_the_packaged_instance_config(project, capsys):
+    """A directory with no ./.dagster_home: run-pipeline makes one holding the configuration of record (telemetry
+    off, the pools), never a bare home that Dagster would fill with its defaults."""
+    import pipelines
+
+    shutil.rmtree(project / ".dagster_home")
+    shutil.rmtree(project / "submissions")
+    assert main(["run-pipeline", "--traces", "traces", "--fleet", "fleet.yaml", "--out", "out", "--submissions",
+                 "none"]) == 0
+    config = project / ".dagster_home" / "dagster.yaml"
+    packaged = Path(pipelines.__file__).with_name("instance.yaml")
+    assert config.is_file() and not config.is_symlink() and config.read_bytes() == packaged.read_bytes()
+    assert "telemetry:\n  enabled: false" in config.read_text()
+    # the checkout's home links to the same file, so there is one configuration of record
+    assert (REPO / ".dagster_home" / "dagster.yaml").resolve() == packaged.resolve()
+    assert "release: out/releases/hotshape (weights v1)" in capsys.readouterr().out
+
+
+def test_bad_input_outside_a_checkout_creates_nothing(project, capsys):
+    shutil.rmtree(project / ".dagster_home")
+    before = sorted(p.name for p in project.iterdir())
+    assert main(["run-pipeline", "--traces", "traces", "--fleet", "missing.yaml", "--out", "out"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "missing.yaml" in line
+    assert sorted(p.name for p in project.iterdir()) == before
+
+
+def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report(project, capsys):
+    """fleet.yaml is an observed input: new card-hours alone (no new trace) make weights v2 and its drift page."""
+    args = ["run-pipeline", "--traces", "traces", "--fleet", "fleet.yaml", "--out", "out", "--submissions", "none"]
+    (project / "traces" / "llama3-8b" / "eager.json.gz").parent.mkdir()
+    shutil.copy(EXAMPLE_TRACES / "llama3-8b" / "eager.json.gz", project / "traces" / "llama3-8b" / "eager.json.gz")
+    fleet = ("deployments:\n  - {id: batch-compiled, model: llama3-8b, framework: tc, accelerator: H200,"
+             " card_hours: 2880, traces: ['llama3-8b-compiled/*.json.gz']}\n"
+             "  - {id: chat, model: llama3-8b, framework: hf, accelerator: H200, card_hours: CH,"
+             " traces: ['llama3-8b/*.json.gz']}\n")
+    (project / "fleet.yaml").write_text(fleet.replace("CH", "100"))
+    assert main(args) == 0
+    assert main(args) == 0  # nothing changed: still v1
+    assert "weights v1" in capsys.readouterr().out
+    (project / "fleet.yaml").write_text(fleet.replace("CH", "46080"))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "fleet.yaml changed since the latest weights" in out and "release: out/releases/hotshape (weights v2)" in out
+    drift = project / "out" / "drift" / "hotshape-v2.html"
+    assert "drift:   out/drift/hotshape-v2.html" in out and drift.is_file()
+    from release.bundle import read_release
+
+    rel = read_release(project / "out" / "releases" / "hotshape")
+    assert rel.versions == [1, 2]
+    # the chat deployment's card-hours grew 460x: its traces' operators gain weight, and the report says so
+    assert rel.drift(2)["total_variation"] > 0.01
+    instance = dg.DagsterInstance.from_config(str(project / ".dagster_home"))
+    try:
+        observed = instance.get_latest_data_version_record(dg.AssetKey("fleet_file"))
+        assert observed is not None
+    finally:
+        instance.dispose()

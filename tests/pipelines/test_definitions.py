@@ -28,14 +28,15 @@ def test_definitions_load_with_every_asset_check_job_sensor_and_schedule():
         "release_bundle:every_selected_problem_has_roofline"}
     jobs = {j.name for j in repo.get_all_jobs()}
     assert {"ingest_trace", "refresh_weights", "evaluate_submission", "rescore"} <= jobs
-    assert {s.name for s in repo.sensor_defs} == {"new_trace_sensor", "new_submission_sensor", "new_weights_sensor"}
+    assert {s.name for s in repo.sensor_defs} == {"new_trace_sensor", "fleet_change_sensor", "new_submission_sensor",
+                                                   "new_weights_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"refresh_schedule", "rescore_schedule"}
     # The ingest job is partitioned by trace file; the refresh job is not.
     assert repo.get_job("ingest_trace").partitions_def.name == "trace_files"
     assert repo.get_job("refresh_weights").partitions_def is None
     assert repo.get_job("evaluate_submission").partitions_def.name == "submissions"
     # One evaluation step at a time per GPU: the evaluation sits in the `gpu` pool.
-    pools = {key.to_user_string(): a.op.pool for a in repo.assets_defs_by_key.values() for key in a.keys}
+    pools = {key.to_user_string(): a.op.pool for a in repo.assets_defs_by_key.values() if a.is_executable for key in a.keys}
     assert pools["evaluation_results"] == "gpu" and pools["scores"] is None and pools["kernel_events"] is None
 
 

@@ -18,7 +18,7 @@ from pipelines.defs.kernels_eval import (every_problem_evaluated, fallbacks_coun
                                          no_fallback_counted_as_native, s_agg_in_range, score_faults,
                                          score_weights_sum_to_one)
 from tests.conftest import REPO
-from tests.pipelines.conftest import dense_store
+from tests.pipelines.conftest import definition_metadata, dense_store
 
 TRACES = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz"]  # both dense deployments
 
@@ -66,7 +66,8 @@ def test_the_evaluation_metadata_counts_every_problem_per_operator(evaluated):
     assert {t["operator"]: (t["problems"], t["done"]) for t in table} == {
         op: (n, done) for op, n, done in per_op.iter_rows()}
     assert all(t["problems"] == t["done"] + sum(v for k, v in t.items() if k.startswith("failed_")) for t in table)
-    assert {c.name for c in meta["dagster/column_schema"].schema.columns} >= {"problem_id", "stage", "native"}
+    schema = definition_metadata("evaluation_results")["dagster/column_schema"]
+    assert {c.name for c in schema.schema.columns} >= {"problem_id", "stage", "native"}
     assert meta["run"].value == rows["run"].max() and run_jobs(inst) >= {"evaluate_submission"}
 
 

@@ -1,0 +1,109 @@
+"""What the Dagster UI shows is what the data says: column descriptions as written once markdown renders them,
+absolute paths, column lineage where a column is derived, code versions that follow the code."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import dagster as dg
+from markdown_it import MarkdownIt
+
+from pipelines.definitions import ASSETS
+from tests.pipelines.conftest import definition_metadata
+
+RENDER = MarkdownIt("commonmark")
+
+
+def _shown(markdown: str) -> str:
+    """The text a markdown renderer shows for `markdown` (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", RENDER.render(markdown))).strip()
+
+
+def _specs():
+    return [s for a in ASSETS for s in (a.specs if hasattr(a, "specs") else [a])]
+
+
+def _source_descriptions() -> dict[str, str]:
+    """Every column description of every package's schema module, with its unit as column_schema appends it."""
+    import ingest.schema
+    import kernels_eval.results_schema
+    import release.schema
+    import weighting.schema
+
+    out = {}
+    for module in (ingest.schema, weighting.schema, release.schema, kernels_eval.results_schema):
+        for column, (text, unit) in module.COLUMNS.items():
+            out[f"{module.__name__}.{column}"] = f"{text} [{unit}]" if unit else text
+    return out
+
+
+def test_column_descriptions_render_as_written():
+    """`operators/<operator>.py` stayed `operators/.py` and `__init__` turned bold before the escaping."""
+    from pipelines.defs.metadata import markdown_text
+
+    texts = _source_descriptions()
+    assert any("<operator>" in t for t in texts.values()) and any("__init__" in t or "_" in t for t in texts.values())
+    for where, text in texts.items():
+        assert _shown(markdown_text(text)) == " ".join(text.split()), where
+    # and what the definitions carry is that escaped text: each table asset's schema renders as its module says
+    shown = {}
+    for spec in _specs():
+        schema = spec.metadata.get("dagster/column_schema")
+        for column in schema.schema.columns if schema else []:
+            shown[(spec.key.to_user_string(), column.name)] = _shown(column.description)
+    assert shown[("release_bundle", "init_kwargs")] == "canonical JSON of the arguments of the operator's Model.__init__"
+    assert shown[("evaluation_results", "file_sha256")] == "sha256 of the submission's <operator>.py"
+    assert len(shown) > 50
+
+
+def test_column_lineage_names_real_upstream_columns():
+    """Each derived column's lineage points at columns the upstream asset's schema has."""
+    columns = {s.key: {c.name for c in s.metadata["dagster/column_schema"].schema.columns}
+               for s in _specs() if "dagster/column_schema" in s.metadata}
+    traced = 0
+    for spec in _specs():
+        lineage = spec.metadata.get("dagster/column_lineage")
+        if lineage is None:
+            continue
+        assert set(lineage.lineage.deps_by_column) <= columns[spec.key], spec.key
+        for deps in lineage.lineage.deps_by_column.values():
+            for dep in deps:
+                traced += 1
+                assert dep.asset_key == dg.AssetKey("fleet_file") or dep.column_name in columns[dep.asset_key], dep
+    assert traced >= 15
+    assert {d.column_name for d in definition_metadata("op_shape_time")["dagster/column_lineage"].lineage
+            .deps_by_column["gpu_ns"]} == {"dur_ns"}
+
+
+def test_code_versions_follow_the_source_of_the_packages_an_asset_calls(tmp_path, monkeypatch):
+    from pipelines.defs import code_versions
+
+    versions = {s.key.to_user_string(): s.code_version for s in _specs() if s.code_version}
+    assert {"kernel_events", "op_shape_time", "fleet_weights", "release_bundle", "weight_drift", "evaluation_results",
+            "scores"} <= set(versions)
+    assert versions["kernel_events"] == versions["op_shape_time"] != versions["fleet_weights"]
+    # a copy of a package with one byte changed has another version
+    (tmp_path / "weighting").mkdir()
+    for path in (code_versions.REPO_ROOT / "weighting").glob("*.py"):
+        (tmp_path / "weighting" / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(code_versions, "REPO_ROOT", tmp_path)
+    code_versions._package_digest.cache_clear()
+    same = code_versions.code_version("weighting")
+    (tmp_path / "weighting" / "fleet.py").write_text((tmp_path / "weighting" / "fleet.py").read_text() + "\n")
+    code_versions._package_digest.cache_clear()
+    assert code_versions.code_version("weighting") != same
+    code_versions._package_digest.cache_clear()
+
+
+def test_every_path_in_the_metadata_is_absolute(materialized_on_sqlite):
+    _, _, instance = materialized_on_sqlite
+    seen = 0
+    for key in ("kernel_events", "op_shape_time", "fleet_weights", "release_bundle"):
+        for record in instance.fetch_materializations(dg.AssetKey(key), limit=100).records:
+            for name, value in record.asset_materialization.metadata.items():
+                if isinstance(value, dg.PathMetadataValue):
+                    seen += 1
+                    assert Path(value.path).is_absolute() and Path(value.path).exists(), (key, name, value.path)
+    assert seen >= 4
