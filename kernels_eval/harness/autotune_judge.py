@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from kernels_eval.harness.judge import Recorded
+from kernels_eval.harness.submission import file_sha256
 
 
 class AutotuneSteps:
@@ -38,8 +39,6 @@ class AutotuneSteps:
 
         init_kwargs, input_kwargs = shape = pending["shape"]
         store = protocol.ChoiceStore(self.config.autotune_store or protocol.default_root())
-        from kernels_eval.harness.runner import file_sha256
-
         problem = "s" + hashlib.sha256((_shape_text(init_kwargs) + _shape_text(input_kwargs)).encode()).hexdigest()[:16]
         keys = {"triton": triton_version(), "file_sha256": file_sha256(self.file),
                 "hardware": re.sub(r"[^A-Za-z0-9._-]", "_", self.config.hardware or "unknown"), "problem_id": problem}

@@ -8,7 +8,6 @@ on its own shape.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -26,7 +25,7 @@ from kernels_eval.harness.operator_judge import CONTEXT_LOST, OperatorJudge  # n
 from kernels_eval.harness.release_view import ReleaseView, read_release_view
 from kernels_eval.harness.schedule import _row_device, _run_lanes, _run_phase, _time_checked
 from kernels_eval.harness.shard import _too_large_for_lanes
-from kernels_eval.harness.submission import operator_files
+from kernels_eval.harness.submission import file_sha256, operator_files
 from kernels_eval.harness.verdict import Verdict, as_verdict
 
 __all__ = ["CONTEXT_LOST", "EvalConfig", "OperatorJudge", "Problem", "detect_hardware", "evaluate", "file_sha256",
@@ -52,12 +51,6 @@ def detect_hardware(device: str, known: list[str] = ()) -> str:
     device_name = torch.cuda.get_device_name(0)
     matches = [key for key in names if key.lower() in device_name.lower()]
     return max(matches, key=len) if matches else device_name
-
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
 
 
 def new_run_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 from pathlib import Path
 
 from catalogue import registry
@@ -31,3 +32,8 @@ def jit_function_names(path: str | Path) -> list[str]:
                     names.append(node.name)
                     break
     return sorted(set(names))
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a submission file's bytes (results rows and the autotuning store key by it)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
