@@ -2,11 +2,14 @@
 workload trace per problem (the published schema of flashinfer-ai/flashinfer-bench, `flashinfer_bench/data`:
 definition.py, workload.py, trace.py; our JSON Schema of it is kernels_eval/flashinfer_schema.json).
 
-Concrete input shapes come from each operator's `make_inputs` run under a fake-tensor mode (no memory is
-allocated); which kwarg or input dimension each output dimension follows is learnt from the operator's smoke
-shapes, run for real. Only public data goes out: the manifest's operators, kwargs and dtypes, problem ids and
-weights. Inputs are declared random: operators whose inputs carry structure (routing ids, block tables, cache
-slots) need hotshape's make_inputs to be meaningful.
+Concrete input shapes and output dtypes come from each operator's `make_inputs` and reference run under a
+fake-tensor mode (no memory is allocated); which kwarg or input dimension each output dimension follows is
+learnt from the operator's smoke shapes, run for real. Each definition's `reference` is self-contained
+(kernels_eval/flashinfer_reference.py: torch only). Inputs are {"type": "random"} except those whose values
+carry structure (ids, indices, lengths: kernels_eval/flashinfer_inputs.yaml), which a random tensor would make
+invalid: their values, from hotshape's make_inputs at the problem, go in the workload's safetensors file under
+blob/, and what the operator requires of them in the input's description. Only public data goes out: the
+manifest's operators, kwargs and dtypes, problem ids and weights, and those generated values.
 """
 
 from __future__ import annotations
@@ -14,15 +17,35 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+from functools import cache
 from pathlib import Path
 
+import yaml
+
+from kernels_eval.flashinfer_reference import NotSelfContained, reference_source
+
+# The dtype names flashinfer-bench reads (flashinfer_bench.utils.dtype_str_to_torch_dtype, 0.1.2).
 DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
-               "torch.float8_e4m3fn": "float8_e4m3", "torch.float8_e5m2": "float8_e5m2", "torch.int64": "int64",
+               "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2", "torch.int64": "int64",
                "torch.int32": "int32", "torch.int16": "int16", "torch.int8": "int8", "torch.bool": "bool"}
+
+
+# Materialising a problem's inputs (for its structured ones) is refused above this many bytes of inputs.
+MAX_INPUT_BYTES = 2 << 30
 
 
 class NotExportable(ValueError):
     """An operator the FlashInfer schema cannot carry as it stands; the message says why."""
+
+
+@cache
+def structured_inputs() -> dict[str, dict[str, str]]:
+    """{operator: {input: what the operator requires of its values}} (flashinfer_inputs.yaml)."""
+    return yaml.safe_load(Path(__file__).with_name("flashinfer_inputs.yaml").read_text())
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float32": 4, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
 
 
 def _int_kwargs(kwargs: dict) -> dict[str, int]:
@@ -91,8 +114,29 @@ def output_rules(op: str, ranks: dict[str, int]) -> dict[str, tuple[list, str]]:
             for name, (cands, dtype) in rules.items()}
 
 
-def _output_shapes(op: str, problem: dict) -> dict[str, tuple[int, ...]]:
-    """The operator's output shapes at a problem, from its reference run under a fake-tensor mode."""
+def output_dtypes(op: str, problem: dict, ranks: dict[str, int]) -> dict[str, str]:
+    """{output: FlashInfer dtype} at a problem: the reference run for real on a smoke shape of the problem's input
+    ranks with the problem's string kwargs (its dtypes: bf16, fp8, ...) in place of the smoke shape's."""
+    import torch
+
+    work = importlib.import_module(f"catalogue.work.{op}")
+    mod = importlib.import_module(f"kernels_eval.operators.{op}")
+    strings = {part: {k: v for k, v in problem[part].items() if isinstance(v, str)} for part in ("init_kwargs", "input_kwargs")}
+    for smoke in work.SMOKE:
+        init = {**smoke.init, **{k: v for k, v in strings["init_kwargs"].items() if k in smoke.init}}
+        kwargs = {**smoke.inputs, **{k: v for k, v in strings["input_kwargs"].items() if k in smoke.inputs}}
+        inputs = mod.make_inputs(**kwargs, device="cpu")
+        if {k: v.dim() for k, v in inputs.items() if isinstance(v, torch.Tensor)} != ranks:
+            continue
+        with torch.no_grad():
+            out = mod.Model(**init)(**inputs)
+        outs = out if isinstance(out, dict) else dict(zip(work.OUTPUTS, out if isinstance(out, (tuple, list)) else (out,)))
+        return {k: DTYPE_NAMES.get(str(v.dtype), str(v.dtype)) for k, v in outs.items()}
+    raise NotExportable(f"{op}: no smoke shape has inputs of the ranks of its problems")
+
+
+def _outputs(op: str, problem: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    """{output: (shape, FlashInfer dtype)} at a problem, from its reference run under a fake-tensor mode."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -104,7 +148,7 @@ def _output_shapes(op: str, problem: dict) -> dict[str, tuple[int, ...]]:
     except Exception as exc:  # noqa: BLE001 - data-dependent shapes (bincount, nonzero) cannot be faked
         raise NotExportable(f"{op}: output shapes depend on the input data ({type(exc).__name__})") from exc
     outs = out if isinstance(out, dict) else dict(zip(work.OUTPUTS, out if isinstance(out, (tuple, list)) else (out,)))
-    return {k: tuple(int(d) for d in v.shape) for k, v in outs.items()}
+    return {k: (tuple(int(d) for d in v.shape), DTYPE_NAMES.get(str(v.dtype), str(v.dtype))) for k, v in outs.items()}
 
 
 def _axis_names(op: str, problems: list[dict], concrete: list[dict]) -> dict[tuple[str, int], str]:
@@ -130,9 +174,12 @@ def _axis_names(op: str, problems: list[dict], concrete: list[dict]) -> dict[tup
 
 def definition_group(op: str, problems: list[dict], concrete: list[dict], release_name: str) -> tuple[dict, list[dict]]:
     """The Definition of one (operator, init kwargs, dtypes, input ranks) group and the workload trace of each of
-    its problems (`concrete`: each problem's input shapes)."""
+    its problems (`concrete`: each problem's input shapes). Output dtypes are the problems' own (the group shares
+    its dtype kwargs), never a smoke shape's."""
     names = _axis_names(op, problems, concrete)
     outputs = output_rules(op, {t: len(shape) for t, (shape, _) in concrete[0].items()})
+    dtypes = output_dtypes(op, problems[0], {t: len(shape) for t, (shape, _) in concrete[0].items()})
+    outputs = {o: (rule, dtypes.get(o, dtype)) for o, (rule, dtype) in outputs.items()}
     values: list[dict[str, int]] = []  # per problem: axis -> value
     for p, c in zip(problems, concrete):
         v = {names[(t, i)]: d for t, (shape, _) in c.items() for i, d in enumerate(shape)}
@@ -142,8 +189,8 @@ def definition_group(op: str, problems: list[dict], concrete: list[dict], releas
                 if r is not None and r[0] == "kw":
                     v.setdefault(r[1], kw[r[1]])
         if any(r is None for rule, _ in outputs.values() for r in rule):
-            shapes = _output_shapes(op, p)
-            v.update({f"{o}_d{i}": shapes[o][i] for o, (rule, _) in outputs.items()
+            shapes = _outputs(op, p)
+            v.update({f"{o}_d{i}": shapes[o][0][i] for o, (rule, _) in outputs.items()
                       for i, r in enumerate(rule) if r is None})
         values.append(v)
     axes = {}
@@ -155,35 +202,76 @@ def definition_group(op: str, problems: list[dict], concrete: list[dict], releas
         return f"{o}_d{i}" if r is None else r[1] if r[0] == "kw" else names[(r[1], r[2])]
 
     init = problems[0]["init_kwargs"]
-    signature = ", ".join(concrete[0])
-    call = ", ".join(f"{k}={k}" for k in concrete[0])
-    order = tuple(outputs)
-    reference = (f"from kernels_eval.operators.{op} import Model\n\n\n"
-                 f"def run({signature}):\n"
-                 f"    out = Model(**{json.dumps(init)})({call})\n"
-                 f"    return tuple(out[k] for k in {order!r}) if isinstance(out, dict) else out\n")
+    structured = structured_inputs().get(op, {})
+    unlisted = [t for t, (_, dtype) in concrete[0].items() if dtype.startswith(("int", "bool")) and t not in structured]
+    if unlisted:
+        raise NotExportable(f"{op}: integer input {', '.join(unlisted)} has no rule in kernels_eval/flashinfer_inputs.yaml "
+                            f"(random values would not be valid)")
+    try:
+        reference = reference_source(op, init, list(concrete[0]), list(outputs))
+    except NotSelfContained as exc:
+        raise NotExportable(str(exc)) from exc
     key = json.dumps([op, init, problems[0]["dtypes"], [len(sh) for sh, _ in concrete[0].values()]], sort_keys=True)
     name = f"{op}_h{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+    def tensor(t: str, shape: list[str], dtype: str) -> dict:
+        return {"shape": shape, "dtype": dtype, **({"description": structured[t]} if t in structured else {})}
+
     definition = {
         "name": name, "op_type": op, "axes": axes,
-        "inputs": {t: {"shape": [names[(t, i)] for i in range(len(shape))], "dtype": dtype}
+        "inputs": {t: tensor(t, [names[(t, i)] for i in range(len(shape))], dtype)
                    for t, (shape, dtype) in concrete[0].items()},
         "outputs": {o: {"shape": [out_axis(o, i, r) for i, r in enumerate(rule)], "dtype": dtype} for o, (rule, dtype) in outputs.items()},
         "reference": reference, "tags": ["hotshape", f"hotshape:release={release_name}"],
         "description": f"hotshape release {release_name}: {len(problems)} production-weighted problems of {op} "
-                       f"with init kwargs {json.dumps(init, sort_keys=True)}; the reference needs the hotshape "
-                       f"package (its PyTorch reference of {op})."}
+                       f"with init kwargs {json.dumps(init, sort_keys=True)}. The reference needs torch only. "
+                       + (f"Inputs {', '.join(sorted(set(structured) & set(concrete[0])))} carry structure (see their "
+                          f"descriptions): each workload gives their values in its safetensors file; the others are random."
+                          if set(structured) & set(concrete[0]) else "Every input is random.")}
     var = [a for a, spec in axes.items() if spec["type"] == "var"]
+
+    def inputs_of(p: dict) -> dict:
+        return {t: ({"type": "safetensors", "path": blob_path(op, name, p["problem_id"]), "tensor_key": t}
+                    if t in structured else {"type": "random"}) for t in concrete[0]}
+
     workloads = [{"definition": name, "solution": None, "evaluation": None,
-                  "workload": {"uuid": p["problem_id"], "axes": {a: v[a] for a in var},
-                               "inputs": {t: {"type": "random"} for t in concrete[0]}}}
+                  "workload": {"uuid": p["problem_id"], "axes": {a: v[a] for a in var}, "inputs": inputs_of(p)}}
                  for p, v in zip(problems, values)]
     return definition, workloads
 
 
+def blob_path(op: str, definition: str, problem_id: str) -> str:
+    """Where a workload's structured input values go, relative to the dataset's root."""
+    return f"blob/workloads/{op}/{definition}/{problem_id}.safetensors"
+
+
+def write_structured_inputs(op: str, problem: dict, names: list[str], path: Path, concrete: dict) -> None:
+    """The problem's structured inputs, as hotshape's make_inputs draws them, in a safetensors file at `path`."""
+    import torch
+    from safetensors.torch import save_file
+
+    size = sum(_itemsize(dtype) * _numel(shape) for shape, dtype in concrete.values())
+    if size > MAX_INPUT_BYTES:
+        raise NotExportable(f"{op} problem {problem['problem_id']}: its inputs are {size / 2**30:.1f} GiB, over the "
+                            f"{MAX_INPUT_BYTES / 2**30:.0f} GiB the export materialises to draw its structured inputs")
+    mod = importlib.import_module(f"kernels_eval.operators.{op}")
+    with torch.no_grad():
+        inputs = mod.make_inputs(**problem["input_kwargs"], device="cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({t: inputs[t].contiguous() for t in names}, str(path))
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def export_flashinfer(release, out: str | Path, ops: list[str] | None = None) -> dict:
-    """The release's problems written under `out` as definitions/<op>/<name>.json, workloads/<op>/<name>.jsonl and
-    hotshape_weights.json (problem id -> weight per version); what was written and which operators were not."""
+    """The release's problems written under `out` as definitions/<op>/<name>.json, workloads/<op>/<name>.jsonl,
+    blob/workloads/... (structured input values) and hotshape_weights.json (problem id -> weight per version);
+    what was written and which operators (or problems, where their inputs are too large to draw) were not."""
     out = Path(out)
     manifest = release.manifest.sort("operator", "problem_id")
     groups: dict[tuple, list[dict]] = {}
@@ -191,7 +279,7 @@ def export_flashinfer(release, out: str | Path, ops: list[str] | None = None) ->
         if ops is None or r["operator"] in ops:
             row = {**r, "init_kwargs": json.loads(r["init_kwargs"]), "input_kwargs": json.loads(r["input_kwargs"])}
             groups.setdefault((r["operator"], r["init_kwargs"], r["dtypes"]), []).append(row)
-    summary = {"definitions": 0, "workloads": 0, "skipped": {}}
+    summary = {"definitions": 0, "workloads": 0, "skipped": {}, "skipped_problems": {}}
     built = []
     for (op, _, _), problems in sorted(groups.items()):
         if op in summary["skipped"]:
@@ -201,24 +289,36 @@ def export_flashinfer(release, out: str | Path, ops: list[str] | None = None) ->
             by_rank: dict[tuple, list[int]] = {}  # a definition has one rank per tensor
             for i, c in enumerate(concrete):
                 by_rank.setdefault(tuple(len(sh) for sh, _ in c.values()), []).append(i)
-            built += [definition_group(op, [problems[i] for i in idx], [concrete[i] for i in idx], release.name)
-                      for idx in by_rank.values()]
+            built += [(definition_group(op, [problems[i] for i in idx], [concrete[i] for i in idx], release.name),
+                       [problems[i] for i in idx], [concrete[i] for i in idx]) for idx in by_rank.values()]
         except NotExportable as exc:
             summary["skipped"][op] = str(exc)
-    for definition, workloads in built:
-        if definition["op_type"] in summary["skipped"]:
-            continue
+    exported = set()
+    for (definition, workloads), problems, concrete in built:
         op = definition["op_type"]
+        if op in summary["skipped"]:
+            continue
+        structured = [t for t in definition["inputs"] if t in structured_inputs().get(op, {})]
+        kept = []
+        for trace, problem, shapes in zip(workloads, problems, concrete):
+            if structured:
+                try:
+                    write_structured_inputs(op, problem, structured, out / blob_path(op, definition["name"], problem["problem_id"]), shapes)
+                except NotExportable as exc:
+                    summary["skipped_problems"][problem["problem_id"]] = str(exc)
+                    continue
+            kept.append(trace)
+            exported.add(problem["problem_id"])
+        if not kept:
+            continue
         d = out / "definitions" / op / f"{definition['name']}.json"
         w = out / "workloads" / op / f"{definition['name']}.jsonl"
         d.parent.mkdir(parents=True, exist_ok=True)
         w.parent.mkdir(parents=True, exist_ok=True)
         d.write_text(json.dumps(definition, indent=2) + "\n")
-        w.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in workloads))
+        w.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in kept))
         summary["definitions"] += 1
-        summary["workloads"] += len(workloads)
-    exported = {w for problems in groups.values() for w in (p["problem_id"] for p in problems)
-                if problems[0]["operator"] not in summary["skipped"]}
+        summary["workloads"] += len(kept)
     weights = {}
     for version in release.versions:
         for r in release.weights(version).iter_rows(named=True):
