@@ -33,7 +33,7 @@ from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
 from weighting.drift import beyond_intervals, compare
 from weighting.fleet import load_fleet
 from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
-from weighting.selection import select_hot
+from weighting.selection import coverage_of, select_hot
 from weighting.uncertainty import LEVEL, N_BOOT, SEED, version_intervals
 from weighting.weights import deployment_inputs, fleet_weights
 
@@ -434,7 +434,14 @@ def _refresh(release: str | Path, traces: str | Path, fleet: str | Path, *, crea
     report = compare(old_w, new_w)
     drift = report.to_dict()
     when = _created(created, mined.fleet)
-    cov = _coverage(mined.coverage)
+    # Coverage of the weights this version ships: the release's problems that are hot now (weight > 0), never the
+    # fresh selection's, which would also count hot shapes the release lacks (they are only candidates).
+    shipped = kept.select("operator", "shape").join(mined.selected.select("operator", "shape", "fleet_card_hours", "fleet_share"),
+                                                   on=["operator", "shape"], how="left").fill_null(0.0)
+    selection = _coverage(mined.coverage)
+    cov = _coverage(coverage_of(shipped, mined.coverage["operators"])) | {
+        "selection_n_problems": selection["n_problems"], "selection_coverage_of_fleet": selection["coverage_of_fleet"],
+        "hot_weight_covered": math.fsum(kept["weight"].to_list())}
     info = {k: v_ for k, v_ in rel.info.items() if k not in ("files", "format")}
     info["weights"] = list(info.get("weights", [])) + [{
         "version": v, "file": weights_file(v), "created": when, "parent": v - 1,

@@ -72,7 +72,8 @@ def with_intervals(scores: list[dict], results: pl.DataFrame, release, weights_v
         ops = {op: [r["S_op"][op] for r in repeats] for op in s["S_op"]}
         out.append({**s, "S_agg_interval": {"lo": min(aggs), "hi": max(aggs), "repeats": len(repeats),
                                             "per_repeat": aggs},
-                    "S_op_interval": {op: [min(v), max(v)] for op, v in ops.items()}})
+                    # an operator with no weighted problem in the version has no S_op, so no interval
+                    "S_op_interval": {op: None if None in v else [min(v), max(v)] for op, v in ops.items()}})
     return out
 
 

@@ -2,7 +2,10 @@
 
 S_i = min(1, T_roofline,i / T_measured,i) if compiled, correct and native, else 0 (the median over runs).
 With repeated timings (`eval --repeat N`, or several runs) S_agg and S_op carry an interval (score_interval.py).
-S_op = median of S_i over the operator's problems; S_agg = Σ_op W_op · S_op with W_op = Σ_i∈op w_i.
+S_op = median of S_i over the operator's problems with weight in the scored version (a problem whose weight
+dropped to 0 does not move it); S_agg = Σ_op W_op · S_op with W_op = Σ_i∈op w_i. Per phase φ, S_agg_φ is the
+score of a benchmark made only of that phase's fleet time: S_agg_φ = Σ_op W_op,φ · S_op,φ / Σ_op W_op,φ, with
+W_op,φ = Σ_i∈op w_φ,i and S_op,φ the median of S_i over the operator's problems with w_φ,i > 0.
 A release problem with no result scores 0 and counts as not compiled. T_roofline,i is the release's sealed
 roofline of the problem on the row's hardware, never the results' own column. When no row was timed (a CPU
 run) S is not measured: S_agg, S_op and their variants are None, not 0. Needs no GPU: re-scoring under another
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from functools import partial
 
 import polars as pl
 
@@ -83,8 +87,31 @@ def problem_bounds(manifest: pl.DataFrame, hardware: str) -> dict[str, str]:
     return out
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else 0.0
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def operator_scores(rows: list[dict], weight: str = "weight") -> dict[str, float | None]:
+    """{operator: median S_i over its problems with `weight` > 0} (None: none has weight in that column)."""
+    ops: dict[str, list[float]] = {}
+    for r in rows:
+        ops.setdefault(r["operator"], [])
+        if r[weight] > 0:
+            ops[r["operator"]].append(r["s_i"])
+    return {op: _median(xs) for op, xs in sorted(ops.items())}
+
+
+def aggregate(rows: list[dict], weight: str = "weight") -> float | None:
+    """Σ_op W_op · S_op / Σ_op W_op under one weight column (weight, or weight_<phase>), S_op over that column's
+    weighted problems; None where no problem has weight in the column."""
+    s_op = operator_scores(rows, weight)
+    w_op: dict[str, float] = {}
+    for r in rows:
+        w_op[r["operator"]] = w_op.get(r["operator"], 0.0) + r[weight]
+    total = sum(w_op.values())
+    if total <= 0:
+        return None
+    return sum(w * s_op[op] for op, w in w_op.items() if w > 0) / total
 
 
 def _operator_row(rows: list[dict], s_op: float | None, total_weight: float) -> dict:
@@ -112,13 +139,8 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
     ops: dict[str, list[dict]] = {}
     for r in rows:
         ops.setdefault(r["operator"], []).append(r)
-    s_op = {op: _median([r["s_i"] for r in rs]) for op, rs in sorted(ops.items())}
-
-    def agg(col: str) -> float | None:
-        total = sum(r[col] for r in rows)
-        if total <= 0:
-            return None
-        return sum(sum(r[col] for r in rs) * s_op[op] for op, rs in ops.items()) / total
+    s_op = operator_scores(rows)
+    agg = partial(aggregate, rows)
 
     def per_problem_weighted(col: str) -> float | None:
         total = sum(r[col] for r in rows)
@@ -139,10 +161,16 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
                           "native_rate": sum(bool(r["native"]) for r in sel) / len(sel) if sel else None}
     measured = any(bool(r.get("performance_measured")) for r in rows)
     total_weight = sum(r["weight"] for r in rows)
-    per_op = {op: _operator_row(rs, s_op[op] if measured else None, total_weight) for op, rs in sorted(ops.items())}
-    if not measured:  # nothing timed (CPU): S is unknown, and 0 would read as a measured failure
-        s_op = {op: None for op in s_op}
+    if not measured:
+        # Nothing timed (CPU): S_i is unknown for a problem that passed every stage, and 0 would read as a measured
+        # failure. An operator none of whose weighted problems passed (no file for it, say) is 0 all the same:
+        # S_i is 0 without any timing there.
+        passed = {op: any(r["compiled"] and r["correct"] and r["native"] for r in rs if r["weight"] > 0)
+                  for op, rs in ops.items()}
+        s_op = {op: None if passed[op] or v is None else 0.0 for op, v in s_op.items()}
         agg = per_problem_weighted = lambda col: None  # noqa: E731
+    per_op = {op: _operator_row(rs, s_op[op], total_weight) for op, rs in sorted(ops.items())}
+    if not measured:
         for b in by_bound.values():
             b["s_weighted"] = None
     return {
@@ -154,6 +182,8 @@ def score_one(per_problem: pl.DataFrame, manifest: pl.DataFrame, weights: pl.Dat
         "S_agg": agg("weight"),
         "S_problem_weighted": per_problem_weighted("weight"),
         "S_agg_phase": {p: agg(f"weight_{p}") for p in PHASES},
+        "S_op_phase": {p: ({op: v for op, v in operator_scores(rows, f"weight_{p}").items() if v is not None}
+                           if measured else {}) for p in PHASES},
         "S_problem_weighted_phase": {p: per_problem_weighted(f"weight_{p}") for p in PHASES},
         "S_op": s_op,
         "W_op": {op: sum(r["weight"] for r in rs) for op, rs in sorted(ops.items())},

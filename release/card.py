@@ -101,12 +101,18 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.4f}" if isinstance(x, float) else str(x)
 
 
+# Every figure of the Coverage section is of the problems with weight in the version shown
+# (weighting.selection.coverage_of): a refresh's too, never of a fresh selection from its traces.
 COVERAGE_MEANING = {
-    "coverage_of_fleet": "selected problems' GPU time / all fleet GPU time (card-hour weighted, attributed or not)",
-    "coverage_of_operator_time": "selected problems' GPU time / GPU time attributed to any operator",
-    "coverage_of_benchmarkable": "selected problems' GPU time / time of operators the evaluator has a reference for",
-    "n_problems": "problems selected", "n_operators": "operators selected",
-    "weight_sum": "sum of the selected weights (1 by construction)",
+    "coverage_of_fleet": "GPU time of the problems with weight / all fleet GPU time (card-hour weighted, attributed or not)",
+    "coverage_of_operator_time": "GPU time of the problems with weight / GPU time attributed to any operator",
+    "coverage_of_benchmarkable": "GPU time of the problems with weight / time of operators the evaluator has a reference for",
+    "n_problems": "problems with weight in this version", "n_operators": "operators with weight in this version",
+    "weight_sum": "sum of the weights (1 by construction)",
+    "selection_n_problems": "problems a fresh selection from this version's traces would hold (the hot shapes the "
+                            "release lacks are its candidates)",
+    "selection_coverage_of_fleet": "coverage of fleet of that fresh selection",
+    "hot_weight_covered": "share of that fresh selection's weight held by the release's problems",
 }
 
 DEFINITIONS = [
@@ -114,10 +120,15 @@ DEFINITIONS = [
     "- `weight_<phase>`: the same restricted to one serving phase (prefill, decode, mixed); each sums to 1, or is 0.",
     "- `W_op` = Σ_{i∈op} w_i: the operator's weight.",
     "- `S_i` = min(1, T_roofline,i / T_measured,i) when compiled, correct and native, else 0.",
-    "- `S_op` = median of S_i over the operator's problems; `S_agg` = Σ_op W_op · S_op (and Σ_i w_i S_i beside it).",
-    "- coverage of fleet: selected problems' time / all fleet GPU time (what the benchmark stands for).",
-    "- coverage of operator time: selected problems' time / GPU time attributed to an operator (what the "
-    "selection kept of what it could see).",
+    "- `S_op` = median of S_i over the operator's problems with weight in the version scored; `S_agg` = "
+    "Σ_op W_op · S_op (and Σ_i w_i S_i beside it).",
+    "- `S_agg` of a phase: the score of a benchmark made only of that phase's fleet time, "
+    "Σ_op W_op,phase · S_op,phase / Σ_op W_op,phase with W_op,phase = Σ_{i∈op} weight_<phase>_i and S_op,phase the "
+    "median of S_i over the operator's problems with weight_<phase> > 0.",
+    "- coverage of fleet: GPU time of the problems with weight in the version / all fleet GPU time (what the "
+    "benchmark stands for).",
+    "- coverage of operator time: the same over GPU time attributed to an operator (what the problems keep of what "
+    "the traces let us see).",
 ]
 
 
@@ -185,7 +196,10 @@ def render(info: dict, manifest: pl.DataFrame, weights_by_version: dict[int, pl.
                   f"(needs the sealed part): `hotshape drift {name}/public/weights/v{latest - 1}.parquet {name} "
                   f"--html drift.html`."]
     lines += ["", "## How to evaluate against this release", "",
-              "1. Check it: `hotshape verify RELEASE` (digest, every file, signature); or `sha256sum -c SHA256SUMS`.",
+              "1. Check it: `hotshape verify RELEASE --public-key MAINTAINER.pub` (digest, every file, signature; "
+              "or `sha256sum -c SHA256SUMS` for the files alone). A release without `release.sig` is unsigned: "
+              "`verify` then says UNSIGNED and exits 2, and `hotshape verify RELEASE --allow-unsigned` accepts it "
+              "once its digest and files check.",
               "2. Write one `<operator>.py` per operator in a submission directory, each defining "
               "`class Model(nn.Module)` (init_kwargs to `__init__`, inputs by name to `forward`).",
               "3. `hotshape eval SUBMISSION --release RELEASE --device cuda --out results.parquet` "

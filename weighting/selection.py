@@ -166,17 +166,27 @@ def select_hot(
         raise AssertionError(f"select_hot: selected weights sum to {total!r}, not 1")
     selected = validate(selected, HOT_PROBLEMS, "hot_problems").select(schema_cols)
 
-    all_ch = math.fsum(problems["fleet_card_hours"].to_list())
-    sel_ch = math.fsum(selected["fleet_card_hours"].to_list())
-    bench_ch = math.fsum(o["op_card_hours"] for o in operators if o["status"] != "not_benchmarkable")
-    report = {
-        "policy": asdict(policy),
-        "n_problems": selected.height,
-        "n_operators": sum(o["status"] == "selected" for o in operators),
-        "weight_sum": total,
-        "coverage_of_fleet": math.fsum(selected["fleet_share"].to_list()),
-        "coverage_of_operator_time": sel_ch / all_ch if all_ch else 0.0,
-        "coverage_of_benchmarkable": sel_ch / bench_ch if bench_ch else 0.0,
-        "operators": operators,
-    }
+    report = {"policy": asdict(policy), **coverage_of(selected, operators), "weight_sum": total, "operators": operators}
     return selected, report
+
+
+def coverage_of(problems: pl.DataFrame, operators: list[dict]) -> dict:
+    """The one definition of coverage, of any set of problems with weight (`problems`: operator, fleet_card_hours,
+    fleet_share per problem; `operators`: every operator of the fleet with its op_card_hours and selection status):
+
+    coverage_of_fleet = Σ fleet_share (their fleet GPU time / all fleet GPU time, attributed or not);
+    coverage_of_operator_time = Σ fleet_card_hours / the fleet card-hours attributed to any operator;
+    coverage_of_benchmarkable = the same over operators the evaluator has a reference for;
+    n_problems and n_operators: how many problems and operators that is.
+    A build's are of its selection; a refresh's of the release's problems that have weight in the new version.
+    """
+    all_ch = math.fsum(o["op_card_hours"] for o in operators)
+    ch = math.fsum(problems["fleet_card_hours"].to_list())
+    bench_ch = math.fsum(o["op_card_hours"] for o in operators if o["status"] != "not_benchmarkable")
+    return {
+        "n_problems": problems.height,
+        "n_operators": problems["operator"].n_unique(),
+        "coverage_of_fleet": math.fsum(problems["fleet_share"].to_list()),
+        "coverage_of_operator_time": ch / all_ch if all_ch else 0.0,
+        "coverage_of_benchmarkable": ch / bench_ch if bench_ch else 0.0,
+    }

@@ -81,6 +81,8 @@ def scores(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.Materi
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     first = result[0] if result else {}
     figures = {k: first[k] for k in ("S_agg", "S_problem_weighted", "coverage_weight") if first.get(k) is not None}
+    # per phase: the score of a benchmark made only of that phase's fleet time (kernels_eval.scoring.aggregate)
+    figures |= {f"S_agg_{p}": v for p, v in (first.get("S_agg_phase") or {}).items() if v is not None}
     s_op = pl.DataFrame({"operator": list(first.get("S_op", {})), "S_op": list(first.get("S_op", {}).values()),
                          "W_op": [first["W_op"][op] for op in first.get("S_op", {})]},
                         schema={"operator": pl.String, "S_op": pl.Float64, "W_op": pl.Float64})

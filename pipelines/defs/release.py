@@ -39,12 +39,16 @@ def release_bundle(context: dg.AssetExecutionContext, store: HotshapeStore) -> d
         summary = build_release(store.trace_root, store.fleet, out, name=store.release_name, policy=policy, mined=mined)
     rel = read_release(out)
     coverage = rel.meta.weights[-1].coverage
+    # of the problems with weight in the newest version, as the card states it (weighting.selection.coverage_of)
+    report = {k: v for k, v in (rel.meta.weights[-1].coverage_report or {}).items()
+              if k in ("coverage_of_operator_time", "coverage_of_benchmarkable", "n_problems")}
     return dg.MaterializeResult(metadata=rounded({
         "dagster/row_count": rel.manifest.height,
         "problems": rel.manifest.height,
         "operators": rel.manifest["operator"].n_unique(),
         "weights_version": rel.versions[-1],
         **({"coverage_of_fleet": coverage} if coverage is not None else {}),
+        **({f"weighted_{k}" if k == "n_problems" else k: v for k, v in report.items()}),
         "leak_check": dg.MetadataValue.json(summary["leak_check"]),
         "top_operators": table(operator_table(rel.manifest, rel.weights())),
         "operator_weights": png_markdown(rel.read_bytes(PLOT_OPERATORS), "weight per operator"),

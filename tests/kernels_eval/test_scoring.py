@@ -72,9 +72,11 @@ def test_s_agg_is_operator_weight_times_median_and_per_problem_variant():
     assert s["S_op"] == pytest.approx({"rms_norm": 0.5, "gemm": 0.1})
     assert s["S_agg"] == pytest.approx(0.6 * 0.5 + 0.4 * 0.1)
     assert s["S_problem_weighted"] == pytest.approx(0.2 * (0.5 + 0.25 + 1.0) + 0.4 * 0.1)
-    # prefill: W_rms = 0.5 (a1), W_gemm = 0.5; decode: W_rms = 1
+    # prefill: W_rms = 0.5 (a1 only: S_op,prefill = 0.5), W_gemm = 0.5; decode: W_rms = 1 over a2 and a3, whose
+    # median is S_op,decode = median(0.25, 1.0) = 0.625 (a1 has no decode time: it does not count there)
     assert s["S_agg_phase"]["prefill"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.1)
-    assert s["S_agg_phase"]["decode"] == pytest.approx(0.5)
+    assert s["S_agg_phase"]["decode"] == pytest.approx(0.625)
+    assert s["S_op_phase"]["decode"] == pytest.approx({"rms_norm": 0.625})
     assert s["S_agg_phase"]["mixed"] is None
     assert s["S_problem_weighted_phase"]["prefill"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.1)
 
@@ -146,6 +148,22 @@ def test_nothing_timed_means_not_measured_not_zero():
     assert s["S_agg"] is None and s["S_problem_weighted"] is None
     assert set(s["S_agg_phase"].values()) == {None} and set(s["S_op"].values()) == {None}
     assert s["rates"]["native"]["unweighted"] == 1.0
+
+
+def test_an_operator_without_a_file_scores_zero_even_when_nothing_was_timed():
+    """Regression: a CPU run of a submission with no gemm file showed gemm's S_op as "not measured"; no problem of
+    it compiled, so its S_i are 0 with or without timing."""
+    from kernels_eval.leaderboard import leaderboard_lines
+    from kernels_eval.score_display import operator_table
+
+    rows = [row(pid, t=None) for pid in ("a1", "a2", "a3")]  # rms_norm passed, untimed; no row for gemm at all
+    (s,) = score(frame(rows), FakeRelease({1: V1}))
+    assert s["S_op"] == {"gemm": 0.0, "rms_norm": None} and s["S_agg"] is None
+    assert s["operators"]["gemm"]["S_op"] == 0.0 and s["operators"]["gemm"]["evaluated"] == 0
+    (line,) = [x for x in operator_table(s) if x.strip().startswith("gemm")]
+    assert line.split()[2] == "0.0000"
+    (gemm_row,) = [x for x in leaderboard_lines([{"rank": 1, "submission": "s", **s}]) if x.strip().startswith("gemm")]
+    assert gemm_row.split()[-1] == "0.0000"
 
 
 def test_unsandboxed_rows_are_counted():

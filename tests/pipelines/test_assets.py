@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
 import pytest
+import yaml
 
 from catalogue.roofline import problem_roofline
 from pipelines.commands import materialize_all
@@ -71,6 +73,13 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
     meta = _metadata(instance, "release_bundle")
     assert meta["problems"] == rel.manifest.height and meta["weights_version"] == 1
     assert meta["operator_weights"].startswith("![weight per operator](data:image/png;base64,")
+    # coverage as the card and the guide define it (of the problems with weight), recomputed from the sealed
+    # per-problem fleet card-hours and fleet.yaml's card-hours
+    hours = json.loads(rel.read_bytes("sealed/inputs/v1.json"))["problems"]
+    weighted = rel.weights(1).filter(pl.col("weight") > 0)["problem_id"].to_list()
+    fleet_hours = sum(d["card_hours"] for d in yaml.safe_load(Path(store.fleet).read_text())["deployments"])
+    assert meta["coverage_of_fleet"] == pytest.approx(sum(sum(hours[p].values()) for p in weighted) / fleet_hours, rel=1e-3)
+    assert meta["weighted_n_problems"] == len(weighted)
     assert _metadata(instance, "weight_drift")["compared_with"] == "nothing (first version)"
 
     checks = summary["checks"]

@@ -292,3 +292,36 @@ def test_drift_report_names_shapes_and_the_fleet_change_behind_each_large_moveme
     assert html.count(longest.replace('"', "&quot;")) >= 1
     assert not any(m["problem_id"] in html for m in summary["top_problem_movers"])  # shapes, not ids
     assert "Above 0.10 is large" in html and "what it means" in html
+
+
+def test_coverage_is_of_the_weights_each_version_ships(public_traces, fleet_root, built, tmp_path):
+    """Regression: after a refresh the card stated the coverage of a fresh selection (its "44 problems", hot shapes
+    the release lacks included) instead of the release's problems that carry v2's weights. Recomputed here from
+    the sealed per-problem fleet card-hours (sealed/inputs/vN.json) and fleet.yaml's card-hours, version by version."""
+    root, fleet = fleet_root
+    shutil.copytree(root, tmp_path / "root")
+    shutil.copytree(built[0], tmp_path / "rel")
+    doc = yaml.safe_load(fleet.read_text())
+    doc["deployments"][1]["card_hours"] *= 3
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    shutil.copy(public_traces / PREFILL, tmp_path / "root" / "chat" / "prefill-replica1.json.gz")
+    refresh_release(tmp_path / "rel", tmp_path / "root", tmp_path / "fleet.yaml", hardware=_hardware())
+    rel = read_release(tmp_path / "rel")
+    assert rel.candidates(2).height > 0  # the new trace brings hot shapes the release lacks
+    fleet_hours = {1: sum(d["card_hours"] for d in yaml.safe_load(fleet.read_text())["deployments"]),
+                   2: sum(d["card_hours"] for d in doc["deployments"])}
+    for entry in rel.info["weights"]:
+        v = entry["version"]
+        weighted = set(rel.weights(v).filter(pl.col("weight") > 0)["problem_id"].to_list())
+        per_problem = json.loads(rel.read_bytes(f"sealed/inputs/v{v}.json"))["problems"]
+        assert set(per_problem) >= weighted
+        expected = math.fsum(h for pid in weighted for h in per_problem[pid].values()) / fleet_hours[v]
+        cov = entry["coverage_report"]
+        assert cov["n_problems"] == len(weighted), v
+        assert cov["coverage_of_fleet"] == pytest.approx(expected, rel=1e-9) == entry["coverage"], v
+    v2 = rel.info["weights"][1]["coverage_report"]
+    assert v2["selection_n_problems"] > v2["n_problems"]  # the fresh selection is not what ships
+    assert v2["selection_coverage_of_fleet"] > v2["coverage_of_fleet"]
+    card = (tmp_path / "rel" / "README.md").read_text().split("## Coverage (weights v2)")[1].split("##")[0]
+    assert f"coverage of fleet: {v2['coverage_of_fleet']:.4f}" in card
+    assert f"n problems: {v2['n_problems']} — problems with weight in this version" in card
