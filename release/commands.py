@@ -40,6 +40,19 @@ def _typed(check) -> None:
     parse_info(check.info, check.root / RELEASE_JSON)
 
 
+def verify_line(release, check, allow_unsigned: bool) -> str:
+    """What `verify` says: SIGNED or UNSIGNED first, then what was checked, and for an unsigned release how to
+    accept it (--allow-unsigned) or to have it signed."""
+    files = f"digest and {len(check.data)} files verified"
+    if check.signature == "verified":
+        return f"{release}: SIGNED, verified: {check.summary()}"
+    if allow_unsigned:
+        return f"{release}: UNSIGNED, accepted (--allow-unsigned): {files}; no release.sig, nobody vouches for its maker"
+    return (f"{release}: UNSIGNED, not trusted: {files}, but it has no release.sig; to accept an unsigned release: "
+            f"hotshape verify {release} --allow-unsigned (a maintainer signs with --signing-key: "
+            f"docs/release-integrity.md)")
+
+
 def run_verify(args: argparse.Namespace) -> int:
     """Check a release's digest, every file and its signature; 0 when it can be trusted, 2 otherwise."""
     from pathlib import Path
@@ -52,12 +65,13 @@ def run_verify(args: argparse.Namespace) -> int:
         _typed(check)
         if check.signature == "not checked":
             raise ValueError(f"{args.release}: cannot check its signature: the cryptography package is not installed")
-        ok = check.signature == "verified" or args.allow_unsigned
-        line = f"{args.release}: {'verified' if ok else 'not trusted'}: {check.summary()}"
+        signed = check.signature == "verified"
+        ok = signed or args.allow_unsigned
+        line = verify_line(args.release, check, args.allow_unsigned)
         if args.json:
-            print(json.dumps({"release": str(args.release), "ok": ok, "signature": check.signature, "key": check.key,
-                              "pinned": check.pinned, "files": len(check.data), "digest": check.info["digest"],
-                              "version_dir": str(check.root)}, sort_keys=True))
+            print(json.dumps({"release": str(args.release), "ok": ok, "signed": signed, "signature": check.signature,
+                              "key": check.key, "pinned": check.pinned, "files": len(check.data),
+                              "digest": check.info["digest"], "version_dir": str(check.root)}, sort_keys=True))
         else:
             print(line, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 2
@@ -110,7 +124,8 @@ def register(subparsers) -> None:
     p.add_argument("release", help="release directory")
     p.add_argument("--public-key", help="the maintainer's public key (PEM) the release must be signed by; "
                    "without it the key shipped in the release is used, which proves consistency only")
-    p.add_argument("--allow-unsigned", action="store_true", help="exit 0 for a consistent unsigned release")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="exit 0 for an unsigned release whose digest and files check (it still says UNSIGNED)")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
     p.set_defaults(func=run_verify)
 

@@ -91,6 +91,8 @@ def test_verify_a_signed_release_names_the_key_and_whether_it_was_pinned(signed,
     done = hotshape("verify", signed, "--public-key", keys[1], check_rc=0)
     fp = hotshape("keygen", "--out", signed.parent / "k2").stdout.split(": ")[-1].strip()
     assert done.stdout.count("\n") == 1 and "(the pinned key)" in done.stdout and "ed25519:" in done.stdout
+    assert done.stdout.startswith(f"{signed}: SIGNED, verified: ")
+    assert json.loads(hotshape("verify", signed, "--json", check_rc=0).stdout)["signed"] is True
     shipped = hotshape("verify", signed, check_rc=0).stdout
     assert "shipped in the release" in shipped and fp not in shipped
 
@@ -153,7 +155,15 @@ def test_an_unsigned_release_is_said_to_be_unsigned(atrex_dir, keys, tmp_path):
     hotshape("import-atrex", atrex_dir, "--out", tmp_path / "a", check_rc=0)
     done = hotshape("verify", tmp_path / "a", check_rc=2)
     assert "unsigned" in done.stderr and "not trusted" in done.stderr
-    assert "unsigned" in hotshape("verify", tmp_path / "a", "--allow-unsigned", check_rc=0).stdout
+    # Regression: the message said "not trusted" without saying how to accept an unsigned release.
+    assert done.stderr.startswith(f"{tmp_path / 'a'}: UNSIGNED, not trusted: digest and ")
+    assert f"hotshape verify {tmp_path / 'a'} --allow-unsigned" in done.stderr and done.stderr.count("\n") == 1
+    accepted = hotshape("verify", tmp_path / "a", "--allow-unsigned", check_rc=0).stdout
+    assert accepted.startswith(f"{tmp_path / 'a'}: UNSIGNED, accepted (--allow-unsigned)")
+    as_json = json.loads(hotshape("verify", tmp_path / "a", "--allow-unsigned", "--json", check_rc=0).stdout)
+    assert as_json["signed"] is False and as_json["ok"] is True
+    # the card's first step names the flag
+    assert "`hotshape verify RELEASE --allow-unsigned`" in (tmp_path / "a" / "README.md").read_text()
     pinned = hotshape("verify", tmp_path / "a", "--public-key", keys[1], check_rc=2)
     assert "release.sig: missing" in pinned.stderr
     assert "unsigned" in read_release_view(tmp_path / "a").integrity
