@@ -103,6 +103,9 @@ def evaluate_to(out: str | Path, submission: str | Path, release, config, *, ops
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate SUBMISSION on RELEASE's problems; append the rows to --out as a new run (or the cut one).
     Exit 2 for bad input, 1 when no problem passed every stage."""
+    from kernels_eval.agent.commands import need_kernels
+
+    need_kernels()
     from kernels_eval.eval_progress import EvalProgress
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
     from kernels_eval.harness.runner import EvalConfig, detect_hardware
@@ -355,6 +358,9 @@ def run_leaderboard(args: argparse.Namespace) -> int:
 
 def run_export_flashinfer(args: argparse.Namespace) -> int:
     """Write RELEASE's problems as FlashInfer-Trace definitions and workloads under --out, leak-checked."""
+    from kernels_eval.agent.commands import need_kernels
+
+    need_kernels()
     from kernels_eval.flashinfer import export_flashinfer
     from kernels_eval.selection import unknown_names
     from release.sealing import assert_no_leak, public_vocabulary, sealed_strings
@@ -373,7 +379,7 @@ def run_export_flashinfer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    for why in summary["skipped"].values():
+    for why in (*summary["skipped"].values(), *summary["skipped_problems"].values()):
         print(f"not exported: {why}")
     print(f"{summary['definitions']} definitions, {summary['workloads']} workloads -> {args.out} (leak check passed)")
     return 0 if summary["definitions"] else 1
@@ -383,7 +389,7 @@ def register(subparsers) -> None:
     """Add `eval` and `score` to the hotshape command."""
     e = subparsers.add_parser("eval", help="evaluate a submission directory against a release")
     e.add_argument("submission", help="directory of <operator>.py files, each defining class Model")
-    e.add_argument("--release", required=True)
+    e.add_argument("--release", required=True, help="release directory (a hotshape release, or an imported Atrex-Bench one)")
     e.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="cuda: every problem on its shape, timed; cpu: Triton interpreter on smoke shapes")
     e.add_argument("--devices", default=None, metavar="0,1,...|all",
@@ -430,35 +436,35 @@ def register(subparsers) -> None:
                    help="continue the cut run of this submission into --out (problems already judged are kept)")
     e.add_argument("--progress", action="store_true",
                    help="show progress on stderr even when it is not a terminal (one line per problem)")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the run's summary as JSON on stdout")
     e.set_defaults(func=run_eval)
 
     s = subparsers.add_parser("score", help="score evaluation results under a release's weights")
-    s.add_argument("results")
-    s.add_argument("--release", required=True)
+    s.add_argument("results", help="results file (Parquet) written by hotshape eval")
+    s.add_argument("--release", required=True, help="release directory (a hotshape release, or an imported Atrex-Bench one)")
     s.add_argument("--weights", default=None, help="weights version (vN; default: the latest)")
     s.add_argument("--submission", default=None, help="only this submission's rows")
     s.add_argument("--exclude-unverified", action="store_true",
                    help="score without the rows whose signature or release does not verify (default: refuse)")
     s.add_argument("--report", metavar="FILE.html",
                    help="also write an offline HTML report (per-operator table, contribution and roofline plots)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the scores as JSON on stdout")
     s.set_defaults(func=run_score)
 
     b = subparsers.add_parser("leaderboard", help="rank several submissions' results on one release")
     b.add_argument("results", nargs="+", help="results files (any number of submissions each)")
-    b.add_argument("--release", required=True)
+    b.add_argument("--release", required=True, help="release directory (a hotshape release, or an imported Atrex-Bench one)")
     b.add_argument("--weights", default=None, help="weights version (vN; default: the latest)")
     b.add_argument("--exclude-unverified", action="store_true",
                    help="rank without the rows whose signature or release does not verify (default: refuse)")
     b.add_argument("--html", metavar="FILE.html", help="also write the ranking and S_op matrix as offline HTML")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print the leaderboard as JSON on stdout")
     b.set_defaults(func=run_leaderboard)
 
     f = subparsers.add_parser("export-flashinfer", help="write a release's problems as FlashInfer-Trace definitions "
                                                         "and workloads")
-    f.add_argument("release")
+    f.add_argument("release", help="release directory (a hotshape release, or an imported Atrex-Bench one)")
     f.add_argument("--out", required=True, help="dataset directory (definitions/, workloads/, hotshape_weights.json)")
     f.add_argument("--ops", help="comma-separated operators (default: all in the release)")
-    f.add_argument("--json", action="store_true")
+    f.add_argument("--json", action="store_true", help="print the summary (definitions, workloads, what was left out) as JSON")
     f.set_defaults(func=run_export_flashinfer)

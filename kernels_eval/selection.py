@@ -1,5 +1,6 @@
-"""Which of a release's problems `hotshape eval --ops/--problems` selects; a name the release lacks is an error
-with the nearest names it has."""
+"""Which of a release's problems `--ops/--problems` select (eval, feedback, workspace, export-flashinfer, optimize)
+and which operator `check --op` names; a name that is not there is an error with the nearest names there are
+(the one did-you-mean of every command that takes operator names)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ def unknown_names(asked: list[str] | None, known, what: str, where: str) -> list
     """One message per name of `asked` that is not in `known`."""
     known = set(known)
     return [f"{where} has no {what} {name!r}{did_you_mean(name, known)}" for name in asked or () if name not in known]
+
+
+def known_operator(name: str, known, where: str) -> str:
+    """`name` when `known` has it, else a SelectionError naming it and the nearest known names."""
+    errors = unknown_names([name], known, "operator", where)
+    if errors:
+        raise SelectionError(errors[0])
+    return name
 
 
 def select_problems(problems: list[dict], release_name: str, ops: list[str] | None = None,

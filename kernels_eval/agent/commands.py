@@ -22,6 +22,13 @@ def _device(name: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def need_kernels() -> None:
+    """Import torch and Triton, which the commands that run candidates need (the `kernels` extra): without them
+    the command stops at once with one line saying which extra installs them (pipelines.cli.error_line)."""
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+
 def _sandbox_problem(no_sandbox: bool) -> str | None:
     """Why candidates cannot be run here (no bubblewrap, or no cgroup for their memory limit), or None."""
     from kernels_eval.harness.limits import CgroupRequired, memory_accounting
@@ -37,19 +44,35 @@ def _sandbox_problem(no_sandbox: bool) -> str | None:
     return check_bwrap()
 
 
+def _shape(problem: dict) -> str:
+    """A problem's kwargs (init and input) as one line: what its id stands for."""
+    kwargs = {**json.loads(problem.get("init_kwargs") or "{}"), **json.loads(problem.get("input_kwargs") or "{}")}
+    return " ".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
+
+
 def run_workspace(args: argparse.Namespace) -> int:
     """Write an agent workspace of RELEASE's operators; refuse (exit 1) if any file would carry a sealed string."""
     from kernels_eval.agent.workspace import WorkspaceLeak, build_workspace
-    from release.bundle import ReleaseError
+    from kernels_eval.selection import SelectionError, unknown_names
+    from release.bundle import ReleaseError, read_release
 
     try:
+        if args.ops:
+            rel = read_release(args.release)
+            errors = unknown_names(_csv(args.ops), rel.manifest["operator"].unique().to_list(), "operator",
+                                   f"release {rel.name}")
+            if errors:
+                raise SelectionError("; ".join(errors))
         summary = build_workspace(args.release, args.out, _csv(args.ops), layout=args.layout,
                                   weights_version=args.weights)
     except WorkspaceLeak as exc:
         print(f"hotshape workspace: refused, {exc}", file=sys.stderr)
         return 1
-    except (ReleaseError, KeyError, FileExistsError, ValueError) as exc:
+    except (ReleaseError, FileExistsError, ValueError) as exc:
         print(f"hotshape workspace: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"hotshape workspace: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(summary))
@@ -65,8 +88,16 @@ def run_check(args: argparse.Namespace) -> int:
     """Compile and correctness of FILE as operator OP on its smoke shapes; 0 when it passes, 1 when not."""
     from kernels_eval.harness.sanitize import terminal  # candidate text, made inert for the terminal
 
+    need_kernels()
+    from catalogue.registry import operator_names
     from kernels_eval.agent.check import check_file, passed
+    from kernels_eval.selection import SelectionError, known_operator
 
+    try:
+        known_operator(args.op, operator_names(), "the operator registry")
+    except SelectionError as exc:
+        print(f"hotshape check: {exc}", file=sys.stderr)
+        return 2
     problem = _sandbox_problem(args.no_sandbox)
     if problem is not None:
         print(f"hotshape check: {problem}", file=sys.stderr)
@@ -74,8 +105,11 @@ def run_check(args: argparse.Namespace) -> int:
     device = _device(args.device)
     try:
         verdicts = check_file(args.file, args.op, device, sandbox=not args.no_sandbox, call_timeout_s=args.timeout_s)
-    except (KeyError, FileNotFoundError) as exc:
+    except FileNotFoundError as exc:
         print(f"hotshape check: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"hotshape check: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     ok = passed(verdicts)
     keys = ("problem_id", "stage", "compiled", "correct", "native", "fallbacks", "error", "max_abs_err",
@@ -106,6 +140,7 @@ def run_feedback(args: argparse.Namespace) -> int:
     """Per-problem feedback records of SUBMISSION on RELEASE (printed; nothing is written to any results)."""
     from kernels_eval.harness.sanitize import terminal  # candidate text, made inert for the terminal
 
+    need_kernels()
     from kernels_eval.agent.feedback import feedback_json, submission_feedback
     from kernels_eval.agent.records import as_builtins
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
@@ -114,11 +149,15 @@ def run_feedback(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"hotshape feedback: {problem}", file=sys.stderr)
         return 2
+    from kernels_eval.selection import SelectionError, select_problems
+
     try:
         release = read_release_view(args.release)
-    except ReleaseViewError as exc:
+        chosen = select_problems(release.problems, release.name, _csv(args.ops), _csv(args.problems))
+    except (ReleaseViewError, SelectionError) as exc:
         print(f"hotshape feedback: {exc}", file=sys.stderr)
         return 2
+    shapes = {p["problem_id"]: _shape(p) for p in chosen}
     records = submission_feedback(args.submission, release, _eval_config(args, release), ops=_csv(args.ops),
                                   problems=_csv(args.problems), ncu=args.ncu, maintainer=args.maintainer)
     if args.json:
@@ -126,7 +165,8 @@ def run_feedback(args: argparse.Namespace) -> int:
         return 0
     for r in records:
         d = as_builtins(r)
-        print(f"{r.problem_id} {r.operator} w={r.weight or 0:.4g}: {r.stage} compiled={r.compiled} "
+        print(f"{r.problem_id} {r.operator} [{shapes.get(r.problem_id, '')}] w={r.weight or 0:.4g}: {r.stage} "
+              f"compiled={r.compiled} "
               f"correct={r.correct} native={r.native}"
               + (f" t={r.t_measured_s * 1e6:.2f}us" if r.t_measured_s else "")
               + (f" roofline_fraction={r.roofline_fraction:.3f}" if r.roofline_fraction is not None else ""))
@@ -169,6 +209,7 @@ def _llm_proposer(args: argparse.Namespace, release):
 
 def run_optimize(args: argparse.Namespace) -> int:
     """The measure-revise loop for one operator; the accepted file and the audit trail under --out."""
+    need_kernels()
     from kernels_eval.agent.optimize import optimize
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
 
@@ -176,9 +217,12 @@ def run_optimize(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"hotshape optimize: {problem}", file=sys.stderr)
         return 2
+    from kernels_eval.selection import SelectionError, select_problems
+
     try:
         release = read_release_view(args.release)
-    except ReleaseViewError as exc:
+        select_problems(release.problems, release.name, [args.op], _csv(args.problems))
+    except (ReleaseViewError, SelectionError) as exc:
         print(f"hotshape optimize: {exc}", file=sys.stderr)
         return 2
     if args.proposer == "llm":
@@ -214,43 +258,44 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     p.add_argument("--timeout-s", type=float, default=120.0, help="deadline of one worker call")
     p.add_argument("--no-sandbox", action="store_true", help="run the candidate without bubblewrap")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
 def register(subparsers) -> None:
     """Add `workspace`, `check`, `feedback` and `optimize` to the hotshape command."""
     w = subparsers.add_parser("workspace", help="write what an agent may see of a release: one folder per operator")
-    w.add_argument("release")
-    w.add_argument("--out", required=True)
+    w.add_argument("release", help="release directory (a hotshape release, or an imported Atrex-Bench one)")
+    w.add_argument("--out", required=True, help="workspace directory to create (refused if it exists)")
     w.add_argument("--ops", help="comma-separated operators (default: all in the release)")
     w.add_argument("--layout", choices=("hotshape", "atrex"), default="hotshape",
                    help="atrex: Atrex-Bench's data/<op>/{shapes,metadata}.json layout (public fields only)")
     w.add_argument("--weights", default=None, help="weights version (default: the latest)")
-    w.add_argument("--json", action="store_true")
+    w.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     w.set_defaults(func=run_workspace)
 
     c = subparsers.add_parser("check", help="compile and correctness of one file on its operator's smoke shapes")
-    c.add_argument("file")
-    c.add_argument("--op", required=True)
+    c.add_argument("file", help="the candidate <operator>.py, defining class Model")
+    c.add_argument("--op", required=True, help="the operator the file implements (a name the registry knows)")
     _common(c)
     c.set_defaults(func=run_check)
 
     f = subparsers.add_parser("feedback", help="per-problem feedback records of a submission for a revising agent")
-    f.add_argument("submission")
-    f.add_argument("--release", required=True)
-    f.add_argument("--ops")
-    f.add_argument("--problems")
+    f.add_argument("submission", help="directory of <operator>.py files, each defining class Model")
+    f.add_argument("--release", required=True, help="release directory (a hotshape release, or an imported Atrex-Bench one)")
+    f.add_argument("--ops", help="comma-separated operators (default: all in the release)")
+    f.add_argument("--problems", help="comma-separated problem ids (default: all of the chosen operators')")
     f.add_argument("--ncu", action="store_true", help="profile each problem with Nsight Compute (GPU; unsandboxed)")
     f.add_argument("--maintainer", action="store_true", help="include roofline figures (from the sealed release)")
     _common(f)
     f.set_defaults(func=run_feedback)
 
     o = subparsers.add_parser("optimize", help="propose, evaluate, revise: the measure-revise loop for one operator")
-    o.add_argument("--op", required=True)
-    o.add_argument("--release", required=True)
+    o.add_argument("--op", required=True, help="the operator to optimise (one of the release's)")
+    o.add_argument("--release", required=True, help="release directory (a hotshape release, or an imported Atrex-Bench one)")
     o.add_argument("--from", dest="start", required=True, help="the starting file")
     o.add_argument("--budget", type=int, default=8, help="candidates after the starting file")
-    o.add_argument("--proposer", choices=("search", "llm"), default="search")
+    o.add_argument("--proposer", choices=("search", "llm"), default="search",
+                   help="search: tile and launch-parameter search; llm: a language model endpoint (docs/agent.md)")
     o.add_argument("--dropout-after", type=int, default=3, help="restart the proposer after K without improvement")
     o.add_argument("--min-gain", type=float, default=0.01,
                    help="gain in weighted time or S_op an accepted file must exceed (the other may not lose more)")

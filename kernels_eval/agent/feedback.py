@@ -65,6 +65,8 @@ class ProblemFeedback(Struct, kw_only=True):
     note: str | None = None
     t_roofline_s: float | None = None  # maintainer only
     roofline_fraction: float | None = None  # maintainer only
+    init_kwargs: dict | None = None  # the problem's shape: what its opaque id stands for (public manifest data)
+    input_kwargs: dict | None = None
 
 
 def first_mismatch(stage: str, error: str | None, max_abs_err: float | None) -> Mismatch | None:
@@ -154,6 +156,9 @@ def submission_feedback(submission: str | Path, release, config, *, ops=None, pr
                                   profile=profile)
         if note:
             record.note = f"{record.note}; {note}" if record.note else note
+        problem = by_id.get(row["problem_id"]) or {}
+        record.init_kwargs = json.loads(problem.get("init_kwargs") or "{}")
+        record.input_kwargs = json.loads(problem.get("input_kwargs") or "{}")
         out.append(record)
     return out
 
