@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -192,20 +194,50 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     parser.add_argument("--annotate", action="store_true", help="mark each step with a prefill/decode annotation")
     parser.add_argument("--with-stack", action="store_true", help="record Python stacks (large traces)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     parser.add_argument("--out", required=True, help="trace path, ending in .json.gz")
+    parser.add_argument("--json", action="store_true", help="print what was captured as JSON on stdout")
+
+
+def capture_problem(args: argparse.Namespace) -> str | None:
+    """Why `capture` cannot run here (an unknown model, no transformers, no CUDA GPU), or None; checked before
+    anything is built or written."""
+    import importlib.util
+
+    models = load_models()
+    if args.model not in models:
+        close = difflib.get_close_matches(args.model, sorted(models), n=3, cutoff=0.6)
+        return (f"--model {args.model!r} is not in {MODELS_FILE.name}"
+                + (f" (did you mean {', '.join(close)}?)" if close else f" (known: {', '.join(sorted(models))})"))
+    if importlib.util.find_spec("transformers") is None:
+        return "needs the transformers package (pip install transformers): the models are its architectures"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (torch.cuda.is_available() is False here): it profiles GPU kernels"
+    return None
+
+
+def summary_line(info: dict) -> str:
+    """One line of what `capture` wrote."""
+    extras = [x for x, on in (("CUDA graph", info.get("cuda_graph")), ("torch.compile", info.get("compile"))) if on]
+    return (f"{info.get('trace')}: {info.get('model')} ({info.get('layers')} layers), batch {info.get('batch')}, "
+            f"prompt {info.get('prompt_len')} tokens, {info.get('decode_steps')} decode steps"
+            + (f", {', '.join(extras)}" if extras else "") + f" on {info.get('device_name')}")
 
 
 def capture_from_args(args: argparse.Namespace) -> int:
-    """`hotshape capture`: exit status after writing the trace."""
+    """`hotshape capture`: exit status after writing the trace (2, with one line, when it cannot run here)."""
+    problem = capture_problem(args)
+    if problem is not None:
+        print(f"hotshape capture: {problem}", file=sys.stderr)
+        return 2
     info = capture(args)
-    print(json.dumps(info))
+    print(json.dumps(info) if getattr(args, "json", False) else summary_line(info))
     return 0
 
 
 if __name__ == "__main__":  # the GPU machine runs this without installing hotshape's CLI deps
-    import sys
-
     _parser = argparse.ArgumentParser(prog="python -m kernels_eval.capture", description=__doc__)
     add_capture_arguments(_parser)
     sys.exit(capture_from_args(_parser.parse_args()))

@@ -66,8 +66,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Optional packages -> the extra that installs them (pyproject.toml [project.optional-dependencies]).
+EXTRAS = {"dagster": "dagster", "dagster_webserver": "dagster", "dagster_postgres": "dagster", "dagster_dg_cli": "dagster",
+          "dask": "dask", "distributed": "dask", "torch": "kernels", "triton": "kernels", "safetensors": "kernels"}
+
+
 def error_line(exc: BaseException) -> tuple[str, int]:
     """One line saying what went wrong (naming the file where the error knows it) and the exit status."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in EXTRAS:
+        extra = EXTRAS[exc.name.split(".")[0]]
+        return (f"needs {exc.name.split('.')[0]}, which the core install leaves out: pip install 'hotshape[{extra}]'",
+                EXIT_BAD_INPUT)
     if isinstance(exc, FileNotFoundError) and exc.strerror is None and len(exc.args) == 1:
         return f"{exc.args[0]}: no such file or directory", EXIT_BAD_INPUT  # pyarrow raises it with the path alone
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
