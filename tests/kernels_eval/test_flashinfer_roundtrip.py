@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from release.build import build_release
+from flow.build import build_release
 from tests.conftest import EXAMPLES
 
 torch = pytest.importorskip("torch")
