@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import polars as pl
 import pytest
-import yaml
 
 from catalogue.roofline import problem_roofline
 from pipelines.commands import materialize_all
 from release.bundle import read_release
 from tests.pipelines.conftest import EXAMPLE_TRACES, definition_metadata, example_store
+from weighting.fleet import load_fleet
 
 # Every profile under examples/traces, found without ingest's discover(): graph-capture sidecars are not profiles.
 EXAMPLE_KEYS = sorted(p.relative_to(EXAMPLE_TRACES).as_posix() for p in EXAMPLE_TRACES.rglob("*.json.gz")
@@ -77,7 +76,7 @@ def test_whole_graph_on_examples(materialized_on_sqlite):
     # per-problem fleet card-hours and fleet.yaml's card-hours
     hours = json.loads(rel.read_bytes("sealed/inputs/v1.json"))["problems"]
     weighted = rel.weights(1).filter(pl.col("weight") > 0)["problem_id"].to_list()
-    fleet_hours = sum(d["card_hours"] for d in yaml.safe_load(Path(store.fleet).read_text())["deployments"])
+    fleet_hours = sum(d.card_hours for d in load_fleet(store.fleet, store.trace_root).deployments)
     assert meta["coverage_of_fleet"] == pytest.approx(sum(sum(hours[p].values()) for p in weighted) / fleet_hours, rel=1e-3)
     assert meta["weighted_n_problems"] == len(weighted)
     assert _metadata(instance, "weight_drift")["compared_with"] == "nothing (first version)"
