@@ -88,5 +88,5 @@ def test_ci_runs_the_lowest_and_the_highest_supported_python():
     assert PYPROJECT["project"]["requires-python"] == f">={versions[0]}"
     ci = (REPO / ".ci" / "run").read_text()
     assert f"LOWEST={versions[0]}" in ci and f"HIGHEST={versions[-1]}" in ci
-    assert ci.count("install -q torch==2.13.0 -e '.[test]'") == 2 and ci.count("-m pytest") == 2
+    assert ci.count("install -q torch==2.13.0 -e '.[test]'") == 2 and ci.count("python\" -m pytest\n") == 1
 

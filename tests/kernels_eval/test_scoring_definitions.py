@@ -45,8 +45,8 @@ def _case(seed: int):
         raw.append({"problem_id": pid, "weight": total, **{f"weight_{p}": (cols[p] if total else 0.0) for p in PHASES}})
     weights = pl.DataFrame(raw)
     weights = weights.with_columns([pl.col(c) / pl.col(c).sum() for c in ["weight", *(f"weight_{p}" for p in PHASES)]])
-    roofline = pl.DataFrame([{"problem_id": pid, "hardware": "H200", "t_roofline_s": rng.uniform(1e-5, 1e-3)}
-                             for pid in problems])
+    roof = {pid: rng.uniform(1e-5, 1e-3) for pid in problems}
+    roofline = pl.DataFrame([{"problem_id": pid, "hardware": "H200", "t_roofline_s": t} for pid, t in roof.items()])
     rows = []
     for pid, op in problems.items():
         if rng.random() < 0.1:
@@ -57,7 +57,7 @@ def _case(seed: int):
             base.update(submission="s", release="r", run_id=f"x{run}", run=run, problem_id=pid, operator=op,
                         hardware="H200", device="cuda", shape_kind="problem", stage="done" if ok else "correctness",
                         compiled=True, correct=ok, native=True, fallbacks=[], performance_measured=True,
-                        t_measured_s=rng.uniform(1e-5, 4e-3), t_roofline_s=99.0,  # the release's roofline is used
+                        t_measured_s=roof[pid] * rng.uniform(1.0, 20.0),  # never below the roofline (physics.py) t_roofline_s=99.0,  # the release's roofline is used
                         evaluated_at="2026-12-01T12:00:00+00:00")
             rows.append(base)
     return Release(problems, weights, roofline), pl.from_arrow(results_table(rows))
