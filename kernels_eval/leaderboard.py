@@ -96,8 +96,36 @@ def leaderboard_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
+def leaderboard_plot(entries: list[dict]) -> str:
+    """S_agg of each entry in rank order as labelled bars (its interval as an error bar where it has one; of the
+    correct-and-native weight where nothing was timed), as an inline PNG; '' without entries."""
+    if not entries:
+        return ""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kernels_eval.report import _png
+
+    names = [f"#{e['rank']} {e['submission']}@{e['hardware']}" for e in entries][::-1]
+    timed = all(e["S_agg"] is not None for e in entries)
+    values = [(e["S_agg"] if timed else e["rates"]["native"]["weighted"]) or 0.0 for e in entries][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(entries) + 1.4))
+    bars = ax.barh(names, values, color="#3b7dd8")
+    for e, bar in zip(entries[::-1], bars):
+        iv = e.get("S_agg_interval")
+        if timed and iv:
+            ax.plot([iv["lo"], iv["hi"]], [bar.get_y() + bar.get_height() / 2] * 2, color="#222", lw=1.5)
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {bar.get_width():.4f}", va="center", fontsize=8)
+    ax.set_xlabel("S_agg" if timed else f"weight correct and native (S_agg {NOT_MEASURED}: nothing was timed)")
+    ax.set_xlim(0, max(values + [1e-9]) * 1.25)
+    ax.set_title("Leaderboard")
+    return _png(fig)
+
+
 def leaderboard_html(entries: list[dict], title: str) -> str:
-    """The ranking and the S_op matrix as one offline HTML page."""
+    """The ranking with its plot and the S_op matrix as one offline HTML page."""
     def row(cells, tag="td"):
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
 
@@ -119,6 +147,6 @@ def leaderboard_html(entries: list[dict], title: str) -> str:
                                                           else f"{e['S_op'][op]:.4f}" for e in entries)]))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<h2>Ranking</h2><table>{''.join(ranking)}</table>"
+            f"<h2>Ranking</h2><table>{''.join(ranking)}</table>{leaderboard_plot(entries)}"
             + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in separation_note(entries)) +
             f"<h2>S_op per operator</h2><table>{''.join(matrix)}</table></body></html>\n")

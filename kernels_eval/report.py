@@ -71,9 +71,25 @@ def roofline_plot(per_problem: pl.DataFrame, s: dict) -> str:
     ax.axhline(1.0, color="#888", lw=0.8, ls="--")
     ax.set_yscale("log")
     ax.set_ylabel("T_roofline / T_measured")
+    groups = operator_groups(timed["operator"].to_list())
+    ax.set_xticks([centre for _, centre, _ in groups], [op for op, _, _ in groups], rotation=35, ha="right", fontsize=8)
+    for _, _, end in groups[:-1]:
+        ax.axvline(end + 0.5, color="#ddd", lw=0.8)
     ax.set_xlabel("problems, grouped by operator")
     ax.set_title("roofline fraction per problem (1 = at the roofline)")
     return _png(fig)
+
+
+def operator_groups(operators: list[str]) -> list[tuple[str, float, int]]:
+    """(operator, centre index, last index) of each run of one operator in `operators`: where the scatter's x axis
+    names each operator's problems."""
+    out: list[tuple[str, float, int]] = []
+    start = 0
+    for i, op in enumerate(operators):
+        if i + 1 == len(operators) or operators[i + 1] != op:
+            out.append((op, (start + i) / 2, i))
+            start = i + 1
+    return out
 
 
 def _table(s: dict) -> str:
