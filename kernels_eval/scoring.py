@@ -32,9 +32,7 @@ def problem_scores(results: pl.DataFrame) -> pl.DataFrame:
     """One row per (submission, hardware, problem): S_i (median over runs) and the stage flags (all runs)."""
     ok = pl.col("compiled") & pl.col("correct") & pl.col("native")
     timed = pl.col("t_measured_s").is_not_null() & (pl.col("t_measured_s") > 0) & pl.col("t_roofline_s").is_not_null()
-    # a time under the roofline is refused, never scored (physics.py; results_verify refuses such rows first)
-    possible = pl.col("t_measured_s") >= pl.col("t_roofline_s")
-    s = pl.when(ok & timed & possible).then(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / pl.col("t_measured_s")))
+    s = pl.when(ok & timed).then(pl.min_horizontal(pl.lit(1.0), pl.col("t_roofline_s") / pl.col("t_measured_s")))
     per_run = results.with_columns(s.otherwise(0.0).alias("s_i"),
                                    pl.when(timed).then(pl.col("t_roofline_s") / pl.col("t_measured_s"))
                                    .alias("roofline_fraction"))
