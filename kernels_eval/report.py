@@ -109,8 +109,9 @@ def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str) -> s
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              "<p class='note'>S_i = min(1, T_roofline/T_measured) for a problem compiled, correct and native, "
-             "else 0; S_op = median S_i of the operator's problems; S_agg = Σ W_op·S_op. Without timing "
-             "(a CPU run) S is not measured.</p>"]
+             "else 0; S_op = median S_i of the operator's problems with weight in the version; S_agg = Σ W_op·S_op. "
+             "Without timing (a CPU run) S is not measured, except 0 for an operator none of whose problems "
+             "passed.</p>"]
     for s in scores:
         agg = NOT_MEASURED if s["S_agg"] is None else f"{s['S_agg']:.4f}"
         parts += [f"<h2>{html.escape(s['submission'])} on {html.escape(s['hardware'])} "

@@ -18,6 +18,7 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}svg text{font-size:11px;fill:#333}
+svg{max-width:100%;height:auto}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 code{font-size:12px;word-break:break-all}
 """
@@ -42,7 +43,7 @@ def bars_before_after(rows: list[tuple[str, float, float]]) -> str:
     LABEL_W = _label_width(r[0] for r in rows)
     WIDTH = LABEL_W + PLOT_W
     scale = (PLOT_W - 70) / top
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH:.0f}" height="{height}" role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH:.0f}" height="{height}" viewBox="0 0 {WIDTH:.0f} {height}" role="img">']
     for i, (label, a, b) in enumerate(rows):
         y = 5 + 22 * i
         parts.append(f'<text x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{escape(label)}</text>')
@@ -61,7 +62,7 @@ def bars_movers(rows: list[tuple[str, float]]) -> str:
     WIDTH = LABEL_W + PLOT_W
     mid = LABEL_W + PLOT_W / 2
     scale = (PLOT_W / 2 - 60) / top
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH:.0f}" height="{height}" role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH:.0f}" height="{height}" viewBox="0 0 {WIDTH:.0f} {height}" role="img">']
     parts.append(f'<line x1="{mid}" y1="0" x2="{mid}" y2="{height}" stroke="#999"/>')
     for i, (label, d) in enumerate(rows):
         y = 5 + 20 * i
@@ -80,7 +81,7 @@ def lorenz_plot(curves: list[tuple[str, str, list[float]]]) -> str:
     """Lorenz curves (label, colour, weights) over the line of equality."""
     size, pad = 320, 40
     inner = size - 2 * pad
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 200}" height="{size}" role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 200}" height="{size}" viewBox="0 0 {size + 200} {size}" role="img">']
     parts.append(f'<rect x="{pad}" y="{pad}" width="{inner}" height="{inner}" fill="none" stroke="#bbb"/>')
     parts.append(f'<line x1="{pad}" y1="{pad + inner}" x2="{pad + inner}" y2="{pad}" stroke="#bbb" stroke-dasharray="4 3"/>')
     parts.append(f'<text x="{pad + inner / 2}" y="{size - 8}" text-anchor="middle">share of problems (lightest first)</text>')
@@ -143,12 +144,13 @@ def render_html(report: DriftReport, old_label: str = "old", new_label: str = "n
         ["Total variation, operators", _fmt(report.operator_total_variation), MEANING["tv"]],
         ["Spearman rank correlation, problems in both", _fmt(report.spearman), MEANING["spearman"]],
         ["Spearman rank correlation, operators in both", _fmt(report.operator_spearman), MEANING["spearman"]],
-        [f"Weight sum as published ({escape(old_label)} / {escape(new_label)})",
+        [f"Weight sum as published ({old_label} / {new_label})",
          f"{report.sum_old:.6f} / {report.sum_new:.6f}", MEANING["sum"]],
         ["Problems kept / newly hot / newly cold",
          f"{(problems['status'] == 'kept').sum()} / {len(report.newly_hot)} / {len(report.newly_cold)}", MEANING["counts"]],
     ]
     metrics += [[f"Total variation, {k}", _fmt(v), MEANING["phase"]] for k, v in report.phase_total_variation.items()]
+    metrics = [[cell if i == 1 else escape(cell) for i, cell in enumerate(m)] for m in metrics]
 
     def listing(ids: list[str], column: str) -> str:
         if not ids:

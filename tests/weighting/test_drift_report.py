@@ -116,3 +116,14 @@ def test_the_report_marks_movements_beyond_the_bootstrap_intervals():
     page = render_html(report, beyond=beyond)
     assert "Beyond the bootstrap intervals (1 problems, 1 operators)" in page and "beyond interval" in page
     assert "Beyond the bootstrap" not in render_html(report)
+
+
+def test_plots_scale_to_the_page_and_meanings_are_escaped(report):
+    """Regression: the movers chart ran past a 1,400 px window (widths guessed from label lengths) and the phase
+    row's meaning lost its `weight_<phase>` to the HTML parser."""
+    html = render_html(report, "v1", "v2")
+    for svg in re.findall(r"<svg[^>]*>", html):
+        width, height = re.search(r'width="([\d.]+)" height="([\d.]+)"', svg).groups()
+        assert f'viewBox="0 0 {width} {height}"' in svg
+    assert "svg{max-width:100%;height:auto}" in html
+    assert "weight_&lt;phase&gt;" in html and "weight_<phase>" not in html
