@@ -101,6 +101,15 @@ def dagster_home(path: Path, postgres_url: str | None) -> Path:
     return path
 
 
+def linked_root(root: Path, out: Path) -> Path:
+    """A trace root holding only the fleet's deployment folders (profiles and capture sidecars), hard-linked:
+    run-pipeline makes a partition of every trace file under its root, and the fleet's sizes.json is none."""
+    shutil.rmtree(out, ignore_errors=True)
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        shutil.copytree(folder, out / folder.name, copy_function=os.link)
+    return out
+
+
 def release_files(release: Path) -> dict[str, bytes]:
     """Every file of a release by its relative path."""
     return {p.relative_to(release).as_posix(): p.read_bytes() for p in sorted(release.rglob("*")) if p.is_file()}
@@ -149,7 +158,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     total = len(json.loads((args.root / "sizes.json").read_text()))
     if args.profiles >= total:
-        traces, fleet, mb = args.root, write_fleet(args.root, total), json_mb(args.root, 0, total)
+        traces, fleet, mb = linked_root(args.root, args.work / "traces"), write_fleet(args.root, total), \
+            json_mb(args.root, 0, total)
         what = f"all {total} profiles of {args.root}"
     else:
         traces, fleet = subfleet(args.root, args.work / "traces", args.first, args.profiles)

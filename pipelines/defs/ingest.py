@@ -75,10 +75,13 @@ def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
 def op_shape_time(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.MaterializeResult:
     """GPU time and calls per operator × shape × phase of one trace file (written to the store with its kernel_events)."""
     keys = list(context.partition_keys)  # each use of context.partition_keys resolves the range in the instance again
-    ids = {key: tid for key, (_, tid) in batch_traces(context, store, keys).items() if tid}
+    traces = store.trace_store()
+    # a quarantined trace has an id but no tables: it gets no op_shape_time (its check fails; fleet_weights leaves
+    # it out), and the others go on
+    ids = {key: tid for key, (_, tid) in batch_traces(context, store, keys).items()
+           if tid and traces.summary(tid) is not None}
     if len(keys) == 1 and not ids:
         raise dg.Failure(f"trace {context.partition_key!r} has not been ingested (not in the trace store)")
-    traces = store.trace_store()
     # every trace's rows in one query: a trace's few small queries cost the frame library ~1 ms each
     frame = traces.scan("op_shape_time", ids.values()).collect()
     by_trace = {tid: part for (tid,), part in frame.partition_by("trace_id", as_dict=True).items()}

@@ -43,3 +43,20 @@ def test_a_batch_of_trace_partitions_is_one_run_and_builds_the_cli_release(tmp_p
     build_release(store.trace_root, store.fleet, out, policy=store.load_policy(), store=tmp_path / "cli.store")
     cli, pipeline = _files(out), _files(store.release_dir)
     assert sorted(cli) == sorted(pipeline) and [k for k in cli if cli[k] != pipeline[k]] == []
+
+
+def test_a_file_that_is_no_trace_fails_only_its_own_check_in_a_batch(tmp_path):
+    """A stray JSON file under the trace root is quarantined: its check fails, the others' tables and checks stand
+    (it once failed op_shape_time for the whole batch, and so the refresh)."""
+    from pipelines.commands import materialize_all
+    from tests.pipelines.conftest import dense_store
+
+    store = dense_store(tmp_path, ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz"])
+    (tmp_path / "traces" / "sizes.json").write_text('{"llama3-8b/eager.json.gz": 1}\n')
+    with dg.instance_for_test() as inst:
+        summary = materialize_all(store, inst)
+    status = {t["partition"]: t["status"] for t in summary["traces"]}
+    assert status == {"llama3-8b-compiled/eager.json.gz": "ingested", "llama3-8b/eager.json.gz": "ingested",
+                      "sizes.json": "failed"}
+    assert summary["checks"]["kernel_events:gpu_time_conserved[sizes.json]"] is False
+    assert summary["refreshed"] and read_release(store.release_dir).versions == [1]
