@@ -18,7 +18,7 @@ from ingest.kineto_events import read_pieces
 from ingest.kineto_fields import GpuFields, LaunchFields, gpu_fields, launch_fields, range_fields, sort_roles
 from ingest.kineto_json import (GPU, GPU_ARGS, LAUNCH, LAUNCH_ARGS, NULL_JSON, OP_ARGS, RANGE, ROLES, Event,
                                 Malformed, OpArgs, Phase, name_of, names)
-from ingest.tracefile import TraceError, inflate_chunks, read_trace_file, trace_id_of
+from ingest.tracefile import TraceError, check_file_size, file_chunks, file_trace_id, inflate_chunks, is_plain_local, read_trace_file, trace_id_of
 
 
 @dataclass(slots=True)
@@ -118,9 +118,15 @@ def read_kineto(path: str | Path, raw: bytes | None = None, trace_id: str | None
     """A Kineto trace file (its bytes `raw` where read already) read into columns of GPU activities, launch rows
     and CPU ranges; its JSON is inflated and decoded a piece at a time (ingest/kineto_events.py), so memory holds
     what is kept of the events, not the text."""
-    raw = read_trace_file(path) if raw is None else raw
-    trace_id = trace_id_of(raw) if trace_id is None else trace_id
-    stream, kept = read_pieces(path, lambda: inflate_chunks(path, raw), lambda: _Columns(path))
+    if raw is None and is_plain_local(path):
+        # a plain JSON file is streamed from the disk: its size never has to fit in memory (issue: bad input)
+        check_file_size(path)
+        trace_id = file_trace_id(path) if trace_id is None else trace_id
+        stream, kept = read_pieces(path, lambda: file_chunks(path), lambda: _Columns(path))
+    else:
+        raw = read_trace_file(path) if raw is None else raw
+        trace_id = trace_id_of(raw) if trace_id is None else trace_id
+        stream, kept = read_pieces(path, lambda: inflate_chunks(path, raw), lambda: _Columns(path))
     base_ns = int(stream.base_time) if stream.base_time is not None else 0
     try:
         activities = _activities(kept.gpu, base_ns)

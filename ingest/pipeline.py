@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from catalogue.vocabulary import ATTRIBUTED
-from ingest.tracefile import (TraceError, decompress, is_rocprof_json, is_url, read_file,  # noqa: F401
-                              read_trace_file, text_head, trace_id_of)
+from ingest.tracefile import (TraceError, decompress, is_plain_local, is_rocprof_json, is_url,  # noqa: F401
+                              read_file, read_trace_file, text_head, trace_id_of)
 
 # numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
 # a fresh process then gunzips its first trace on a second core while they load (read_events).
@@ -75,6 +75,11 @@ def _read_events(path: str | Path) -> pl.DataFrame:
     from ingest.attribution import attribute
     from ingest.kineto import read_kineto
 
+    if is_plain_local(path):
+        with open(path, "rb") as f:
+            head = f.read(256)
+        if not is_rocprof_json(head):  # a plain Kineto file: read_kineto streams it from the disk
+            return attribute(read_kineto(path))
     raw = read_trace_file(path)
     trace_id = trace_id_of(raw)
     if is_rocprof_json(text_head(path, raw)):

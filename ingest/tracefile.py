@@ -116,13 +116,18 @@ def read_trace_file(name: str | Path) -> bytes:
     """The bytes of a trace file, or a TraceError naming it when it cannot be read or is larger than a trace's
     text may be (limits().max_text_bytes: gzip never shrinks a text below its own size by much)."""
     try:
-        size = file_size(name)
-        if size > limits().max_text_bytes:
-            raise TraceError(name, f"file of {size} bytes, over the bound on a trace's text "
-                                   f"({limits().max_text_bytes} bytes; {LIMIT_BYTES_ENV} raises it)")
+        check_file_size(name)
         return read_file(name)
     except OSError as exc:
         raise TraceError(name, f"cannot read ({exc.strerror or exc})") from None
+
+
+def check_file_size(name: str | Path) -> None:
+    """A TraceError naming the file when it is larger than a trace's text may be (limits().max_text_bytes)."""
+    size = file_size(name)
+    if size > limits().max_text_bytes:
+        raise TraceError(name, f"file of {size} bytes, over the bound on a trace's text "
+                               f"({limits().max_text_bytes} bytes; {LIMIT_BYTES_ENV} raises it)")
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -173,6 +178,32 @@ def inflate_chunks(path: str | Path, raw: bytes, limit: int | None = None):
 
 
 _INFLATE_ERRORS = (zlib.error, isal_zlib.error) if isal_zlib is not None else (zlib.error,)
+
+
+def is_plain_local(name: str | Path) -> bool:
+    """A local trace file whose bytes are its JSON text (not gzip): read_kineto streams it from the file."""
+    if is_url(name):
+        return False
+    with open(name, "rb") as f:
+        return f.read(2) != _GZIP_MAGIC
+
+
+def file_chunks(path: str | Path, limit: int | None = None):
+    """The text of a plain (not gzip) local trace file in blocks of at most CHUNK_BYTES, read as they are decoded, so
+    a plain file costs a block of memory, not its size; a TraceError naming the file once it passes `limit` bytes
+    (default: limits().max_text_bytes)."""
+    limit = limits().max_text_bytes if limit is None else limit
+    total = 0
+    try:
+        check_file_size(path)
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK_BYTES):
+                total += len(block)
+                if total > limit:
+                    raise TraceError(path, _over_text_limit(limit))
+                yield block
+    except OSError as exc:
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
 
 
 def _over_text_limit(limit: int) -> str:

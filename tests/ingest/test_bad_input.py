@@ -186,3 +186,24 @@ def test_a_folder_given_to_ingest_never_yields_a_link_out_of_it(tmp_path, good_t
     (folder / "a/alias.json.gz").symlink_to(folder / "a/one.json.gz")
     (folder / "a/out.json.gz").symlink_to(good_trace)  # good_trace lies outside the folder
     assert discover([str(folder)]) == [folder / "a/alias.json.gz", folder / "a/one.json.gz"]
+
+
+def test_a_plain_json_trace_is_streamed_from_the_disk_to_the_same_rows(tmp_path, monkeypatch, good_trace):
+    """A plain (not gzip) local trace is read a block at a time: the whole file is never in memory, and its rows and
+    trace id are those of the same text gzipped."""
+    import gzip
+
+    from ingest import tracefile
+
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(good_trace.read_bytes()))
+    gz_rows = read_events(good_trace)
+
+    def whole_file(name):
+        raise AssertionError(f"{name} read whole")
+
+    monkeypatch.setattr(tracefile, "read_file", whole_file)
+    monkeypatch.setattr(tracefile, "CHUNK_BYTES", 4096)  # many blocks, each decoded as it is read
+    rows = read_events(plain)
+    assert rows.drop("trace_id").equals(gz_rows.drop("trace_id"))
+    assert rows["trace_id"][0] == tracefile.trace_id_of(plain.read_bytes())
