@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import nanoarrow as na
 import polars as pl
+from ingest.field_metadata import UNITS, frame_schema
 
 # The Arrow types polars writes for each dtype (large strings and lists).
 _TYPES = {pl.String: na.large_string, pl.Int64: na.int64, pl.Int32: na.int32, pl.Boolean: na.bool_,
@@ -19,8 +20,6 @@ _TYPES = {pl.String: na.large_string, pl.Int64: na.int64, pl.Int32: na.int32, pl
 def export(frame: pl.DataFrame, columns: dict[str, tuple[str, str]]) -> na.Schema | None:
     """`frame`'s schema described from `columns` ({column: (description, unit)}, as field_metadata.described
     takes them), or None when a column's dtype is not one this module spells (the caller then uses pyarrow)."""
-    from ingest.field_metadata import UNITS
-
     fields = {}
     for name, dtype in frame.schema.items():
         if name not in columns:
@@ -44,7 +43,5 @@ def described_schema(frame: pl.DataFrame, columns: dict[str, tuple[str, str]]):
     else (a dtype this module does not spell) by pyarrow."""
     schema = export(frame, columns)
     if schema is None:
-        from ingest.field_metadata import frame_schema
-
         schema = frame_schema(frame, columns)
     return schema

@@ -4,6 +4,7 @@ pipeline's trace sensor all apply."""
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
+from ingest.tracefile import is_url, list_profiles
 
 TRACE_SUFFIXES = (".json.gz", ".json", ".sqlite", ".csv")
 # Graph-capture traces (vLLM/SGLang `capture_traces/`) only explain the graph replays of the
@@ -24,8 +25,6 @@ def discover(paths: list[str]) -> list[Path | str]:
     """Trace files named directly, or the profiles found under the directories named, sorted (a link inside a
     folder to a file outside it left out); a name that is an fsspec URL (file://, s3://...) stays a URL, a
     folder's profiles are URLs too."""
-    from ingest.tracefile import is_url, list_profiles
-
     found: list[Path | str] = []
     for name in paths:
         if is_url(name):

@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 
 import polars as pl
+from ingest.arrow_schema import described_schema
+from ingest.pipeline import _display_path
+from ingest.store import TraceStore
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path, columns: dict[str, tuple[str, str]]) -> None:
     """Write `frame` to `path` through a temporary file, so readers never see half a file; each column described
     from `columns` (a schema module's COLUMNS) in the field metadata."""
-    from ingest.arrow_schema import described_schema
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     frame.write_parquet(tmp, compression="zstd", statistics=False, arrow_schema=described_schema(frame, columns))
@@ -34,9 +35,6 @@ def write_ingest(
 
     Traces already in the store are not parsed again; workers write the store themselves.
     """
-    from ingest.pipeline import _display_path
-    from ingest.store import TraceStore
-
     store = TraceStore(out)
     names = [_display_path(p, root) for p in paths]
     report = store.ingest(paths, names, jobs=jobs, captures=captures, taxonomy=taxonomy, progress=progress,

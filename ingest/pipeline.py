@@ -7,16 +7,17 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import polars as pl
 
 from catalogue.vocabulary import ATTRIBUTED
 from ingest.tracefile import (TraceError, decompress, is_plain_local, is_rocprof_json, is_url,  # noqa: F401
                               read_file, read_trace_file, text_head, trace_id_of)
-
-# numpy, polars, pyarrow and the modules built on them are imported where they are first needed:
-# a fresh process then gunzips its first trace on a second core while they load (read_events).
-if TYPE_CHECKING:
-    import polars as pl
+from ingest.attribution import attribute
+from ingest.classify import classify_events
+from ingest.graphs import capture_traces_for, read_captures
+from ingest.kineto import read_kineto
+from ingest.schema import TRACE_COLUMNS
 
 
 @dataclass
@@ -65,16 +66,13 @@ def _read_events(path: str | Path) -> pl.DataFrame:
             local.write_bytes(read_file(name))
             return _read_events(local)
     if name.endswith(".sqlite"):
-        from ingest.nsys import read_nsys
+        from ingest.nsys import read_nsys  # it loads pyarrow (~0.3 s), which a Kineto trace never needs
 
         return read_nsys(path, trace_id_of(Path(path).read_bytes()))
     if name.endswith(".csv"):
-        from ingest.rocprof import read_rocprof
+        from ingest.rocprof import read_rocprof  # it loads pyarrow, which a Kineto trace never needs
 
         return read_rocprof(path, trace_id_of(Path(path).read_bytes()))
-    from ingest.attribution import attribute
-    from ingest.kineto import read_kineto
-
     if is_plain_local(path):
         with open(path, "rb") as f:
             head = f.read(256)
@@ -83,7 +81,7 @@ def _read_events(path: str | Path) -> pl.DataFrame:
     raw = read_trace_file(path)
     trace_id = trace_id_of(raw)
     if is_rocprof_json(text_head(path, raw)):
-        from ingest.rocprof_json import read_rocprof_json
+        from ingest.rocprof_json import read_rocprof_json  # it loads pyarrow, which a Kineto trace never needs
 
         return read_rocprof_json(path, decompress(path, raw), trace_id)
     return attribute(read_kineto(path, raw, trace_id))
@@ -91,8 +89,6 @@ def _read_events(path: str | Path) -> pl.DataFrame:
 
 def summarize(events: pl.DataFrame, path: str) -> dict:
     """Per-trace totals: all GPU time, attributed and unattributed time, counts."""
-    import polars as pl
-
     # One pass over the three columns it reads; a filter of the whole frame would copy every column.
     gpu_ns, attributed_ns, kernels = events.select(
         pl.col("dur_ns").sum(),
@@ -124,8 +120,6 @@ def ingest_trace(
     already read from them (the trace store parses each capture trace once). The summary also
     holds file_gpu_ns / file_events: what the reader found in the file, before classification.
     """
-    from ingest.classify import classify_events
-
     events = read_events(path)
     in_file = {"file_gpu_ns": int(events["dur_ns"].sum()), "file_events": events.height}
     with gc_paused():
@@ -143,8 +137,6 @@ def _capture_events(path: str | Path, captures: list[Path] | None):
     """Capture launches for a profile's graph replays; a sidecar or capture trace that cannot be read or
     aligned degrades the replays to kernel-name rules with a warning naming it, never fails the profile."""
     import warnings
-
-    from ingest.graphs import capture_traces_for, read_captures
 
     try:
         return read_captures(captures if captures is not None else capture_traces_for(path))
@@ -213,9 +205,5 @@ def traces_frame(results: list[TraceResult]) -> pl.DataFrame:
 
 def traces_frame_from(summaries: list[dict]) -> pl.DataFrame:
     """The `traces` table from per-trace summaries (extra summary keys are left out)."""
-    import polars as pl
-
-    from ingest.schema import TRACE_COLUMNS
-
     # Built in polars, not from an Arrow table: only the Parquet footers' column descriptions need pyarrow.
     return pl.DataFrame({name: [s[name] for s in summaries] for name in TRACE_COLUMNS}, schema=TRACE_COLUMNS)

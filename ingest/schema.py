@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import polars as pl
+from ingest.arrow_schema import described_schema
+from ingest.field_metadata import described
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -155,8 +157,6 @@ def __getattr__(name: str) -> pa.Schema:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import pyarrow as pa
 
-    from ingest.field_metadata import described
-
     arrow = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.Boolean: pa.bool_()}
     arrow[pl.List(pl.String)] = pa.list_(pa.string())
     plain = pa.schema([(column, arrow[dtype]) for column, dtype in _ARROW_SCHEMAS[name].items()])
@@ -168,8 +168,6 @@ def parquet(frame: pl.DataFrame, table: str) -> bytes:
     """`frame` as the Parquet bytes of ingest table `table`: zstd, no statistics, its columns described in the
     footer's Arrow schema (the data pages are what polars writes without it)."""
     import io
-
-    from ingest.arrow_schema import described_schema
 
     buf = io.BytesIO()
     frame.write_parquet(buf, compression="zstd", statistics=False, arrow_schema=described_schema(frame, descriptions(table)))

@@ -37,9 +37,13 @@ import polars as pl
 
 from catalogue.vocabulary import ATTRIBUTED
 from ingest.cluster import ingest_on_cluster
-from ingest.schema import parquet
+from ingest.schema import OP_SHAPE_TIME_COLUMNS, conform, parquet
 from ingest.plain import plain
 from ingest.tracefile import TraceError, file_size, file_trace_id, is_url, sibling, trace_name
+from ingest.classify import op_shape_time_keys, op_shape_time_rows
+from ingest.graphs import capture_traces_for, read_capture
+from ingest.pipeline import failure_reason, ingest_trace, traces_frame_from
+from ingest.taxonomy import load_taxonomy
 
 TABLES = ("kernel_events", "op_shape_time", "provenance")
 # A worker process pays ~0.5 s of imports; below this much input one process finishes first.
@@ -111,9 +115,6 @@ def aggregates(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict[s
     """A classified trace's op_shape_time and provenance rows and its breakdowns (by_<column> of BREAKDOWNS),
     as op_shape_time, provenance_rows and _breakdown give them, computed in one pass of the frame library
     (its queries side by side on every core) instead of one by one. Oracle: tests/ingest/test_fast_paths.py."""
-    from ingest.classify import op_shape_time_rows
-    from ingest.schema import OP_SHAPE_TIME_COLUMNS, conform
-
     lazy = events.lazy()
     columns = [c for c in BREAKDOWNS if c in events.columns]
     ost, provenance, *parts = pl.collect_all(
@@ -131,9 +132,6 @@ def aggregates_many(frames: list[pl.DataFrame]) -> list[tuple[pl.DataFrame, pl.D
     trace that a batch pays once. Tuned for speed (oracle: tests/ingest/test_fast_paths.py, against
     `aggregates` of each frame on its own); an empty frame, or a batch whose frames' columns differ, is
     aggregated one frame at a time."""
-    from ingest.classify import op_shape_time_keys
-    from ingest.schema import OP_SHAPE_TIME_COLUMNS, conform
-
     filled = [i for i, f in enumerate(frames) if f.height]
     if plain() or len(filled) < 2 or any(frames[i].schema != frames[filled[0]].schema for i in filled):
         return [aggregates(f) for f in frames]
@@ -284,7 +282,7 @@ class TraceStore:
         """`table` of the traces named, in that order, as a lazy frame (nothing is read until collected)."""
         files = [self.file(table, t) for t in dict.fromkeys(trace_ids)]
         if not files:
-            from ingest.schema import OP_SHAPE_TIME
+            from ingest.schema import OP_SHAPE_TIME  # an Arrow schema: importing it loads pyarrow
 
             empty = pl.from_arrow(OP_SHAPE_TIME.empty_table()) if table == "op_shape_time" else pl.DataFrame()
             return empty.lazy()
@@ -383,8 +381,6 @@ class TraceStore:
 
     def _ensure_captures(self, files: list[str | Path], report: IngestReport) -> tuple[str, ...]:
         """Hashes of `files`, each parsed into the store unless it is there already; raises TraceError."""
-        from ingest.graphs import read_capture
-
         digests = self._capture_ids(files, report)
         for f, digest in zip(files, digests):
             if not self._capture_stored(digest, report):
@@ -521,8 +517,6 @@ class TraceStore:
 
     def write_views(self, extra_quarantined: list[dict] = ()) -> dict:
         """traces.parquet (one row per trace, under its first name), op_shape_time.parquet, quarantined.json."""
-        from ingest.pipeline import traces_frame_from
-
         first = self.paths().unique("trace_id", keep="first", maintain_order=True)
         stored = set(self.trace_ids())
         traces = []
@@ -587,15 +581,12 @@ def _warm() -> None:
     from ingest.classify import classify_events  # noqa: F401
     from ingest.kineto import read_kineto  # noqa: F401
     from ingest.attribution import attribute  # noqa: F401
-    from ingest.taxonomy import load_taxonomy
 
     load_taxonomy(None)
 
 
 def _sidecar_captures(path: str | Path, sidecars: dict[str, list | TraceError]) -> list:
     """ingest.graphs.capture_traces_for(path), read once per folder (every profile of a folder has the same)."""
-    from ingest.graphs import capture_traces_for
-
     folder = str(sibling(path))
     if folder not in sidecars:
         try:
@@ -690,8 +681,6 @@ def _ingest_batch(batch: list[tuple[str, tuple]], store: TraceStore | None = Non
 
 
 def _put_or_quarantine(result, store: TraceStore) -> None:
-    from ingest.pipeline import failure_reason
-
     try:
         store.put(result)
     except Exception as exc:  # noqa: BLE001 - any failure of one trace quarantines it; the rest go on
@@ -700,8 +689,6 @@ def _put_or_quarantine(result, store: TraceStore) -> None:
 
 def _parse_one(task: tuple, store: TraceStore):
     """One trace read and classified (an ingest.pipeline.TraceResult), or its trace_id once quarantined."""
-    from ingest.pipeline import failure_reason, ingest_trace
-
     url, path, name, digests, taxonomy = task
     capture_events = store.captures_for(digests)
     try:

@@ -13,6 +13,7 @@ from kernels_eval.results_verify import ROW_KEY, check_results
 from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
 from kernels_eval.score_interval import not_separated
 from kernels_eval.scoring import score
+from kernels_eval.report import _png
 
 
 def verified_rows(paths: list[str | Path], release, exclude_unverified: bool = False) -> tuple[pl.DataFrame, list[str]]:
@@ -105,8 +106,6 @@ def leaderboard_plot(entries: list[dict]) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from kernels_eval.report import _png
 
     names = [f"#{e['rank']} {e['submission']}@{e['hardware']}" for e in entries][::-1]
     timed = all(e["S_agg"] is not None for e in entries)

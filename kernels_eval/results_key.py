@@ -85,7 +85,7 @@ def _normal(value, type_name: str):
     if type_name.startswith("list"):
         return [str(x) for x in value]
     if type_name.startswith("timestamp"):  # the text a row was signed with before the column was typed
-        from kernels_eval.results_schema import timestamp
+        from kernels_eval.results_schema import timestamp  # pyarrow's: this module stays standard library only
 
         return timestamp(value).astimezone(timezone.utc).isoformat(timespec="seconds")
     return str(value)
@@ -93,7 +93,7 @@ def _normal(value, type_name: str):
 
 def canonical(row: dict, columns: list[tuple[str, str]]) -> bytes:
     """The signed bytes of a row: every (column, arrow type name) but the signature, as canonical JSON."""
-    from kernels_eval.results_schema import SIGNED_WHEN_SET
+    from kernels_eval.results_schema import SIGNED_WHEN_SET  # pyarrow's: this module stays standard library only
 
     content = {name: _normal(row.get(name), type_name) for name, type_name in columns if name != SIGNATURE
                and not (name in SIGNED_WHEN_SET and row.get(name) is None)}
@@ -101,7 +101,7 @@ def canonical(row: dict, columns: list[tuple[str, str]]) -> bytes:
 
 
 def _columns() -> list[tuple[str, str]]:
-    from kernels_eval.results_schema import RESULTS
+    from kernels_eval.results_schema import RESULTS  # pyarrow's: this module stays standard library only
 
     return [(f.name, str(f.type).split("<")[0]) for f in RESULTS]
 

@@ -11,6 +11,8 @@ import polars as pl
 from kernels_eval.results_key import host_key, row_verifies
 from kernels_eval.results_schema import read_results
 from kernels_eval.results_seal import broken_runs, read_seals, run_ident
+from kernels_eval.physics import below_roofline, refusal
+from kernels_eval.scoring import with_release_roofline
 
 ROW_KEY = ("submission", "hardware", "run_id", "run", "problem_id")
 
@@ -107,9 +109,6 @@ def check_results(path: str | Path, release, *, submission: str | None = None,
 def _below_roofline(table, keep: list[int], release) -> tuple[set[int], str]:
     """Indices among `keep` timed under the release's roofline of their problem (the second line of defence of
     physics.py, for rows from elsewhere), and the first one's refusal naming both numbers."""
-    from kernels_eval.physics import below_roofline, refusal
-    from kernels_eval.scoring import with_release_roofline
-
     if not keep:
         return set(), ""
     rows = pl.from_arrow(table.take(keep)).with_columns(pl.Series("_index", keep))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from triton.runtime.cache import FileCacheManager
+from kernels_eval.harness.profiler_guard import records_paused
 
 AUTOTUNE_SUFFIX = ".autotune.json"  # the name Triton's autotuner gives the picks it caches
 MANAGER = f"{__name__}:KeptAutotuningOnly"  # the TRITON_CACHE_MANAGER value naming the class below
@@ -44,8 +45,6 @@ def shorter_benchmarks(warmup_ms: float = AUTOTUNE_WARMUP_MS, rep_ms: float = AU
     its benchmark would not be in the records). Called in a worker before its guarded functions (harness/guarded.py) are taken,
     so the wrapper is the identity a candidate may not replace."""
     import triton.testing
-
-    from kernels_eval.harness.profiler_guard import records_paused
 
     plain = getattr(triton.testing.do_bench, "__wrapped__", triton.testing.do_bench)
     count = [0]

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from kernels_eval.harness.judge import Recorded
 from kernels_eval.harness.submission import file_sha256
+from kernels_eval.harness import autotune_protocol as protocol
+from kernels_eval.harness.autotune_sweep import sweep
+from kernels_eval.harness.triton_cache import triton_version
 
 
 class AutotuneSteps:
@@ -32,10 +35,6 @@ class AutotuneSteps:
         (harness/autotune_sweep.py: discovery in this judge's worker, each configuration recorded there and timed
         by the trusted replay with the protocol's budget) and kept."""
         from dataclasses import replace as with_values
-
-        from kernels_eval.harness import autotune_protocol as protocol
-        from kernels_eval.harness.autotune_sweep import sweep
-        from kernels_eval.harness.triton_cache import triton_version
 
         init_kwargs, input_kwargs = shape = pending["shape"]
         store = protocol.ChoiceStore(self.config.autotune_store or protocol.default_root())

@@ -14,6 +14,7 @@ import mmap
 import os
 import struct
 import threading
+from kernels_eval.harness import safe_io
 
 MAX_MESSAGE_BYTES = 64 << 20
 STAGING_BYTES = 64 << 20  # pinned host buffer a CUDA tensor is copied through, a chunk at a time
@@ -235,8 +236,6 @@ def _import_raw(desc: dict, directory, staging: Staging | None):
     device through `staging`); the file is opened and removed through the directory's fd only
     (harness/safe_io.py), so a worker that swapped a name for a link reaches nothing outside."""
     import torch
-
-    from kernels_eval.harness import safe_io
 
     dtype = _dtypes().get(desc.get("dtype")) if isinstance(desc.get("dtype"), str) else None
     shape = desc.get("shape")

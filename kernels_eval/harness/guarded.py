@@ -23,7 +23,7 @@ def entries() -> list[tuple[str, object, str]]:
     import triton.runtime.jit
     import triton.testing
 
-    from kernels_eval.harness import channel, compare, markers, observe, profiler_guard, timing
+    from kernels_eval.harness import channel, compare, markers, observe, profiler_guard, timing  # markers: triton
 
     out = [
         ("torch.allclose", torch, "allclose"), ("torch.isclose", torch, "isclose"), ("torch.equal", torch, "equal"),

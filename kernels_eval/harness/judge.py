@@ -20,6 +20,7 @@ from kernels_eval.harness.compare import compare_outputs, unchanged_inputs
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.protocol import (LaunchProgram, ProtocolError, ReplayRequest, decode_program,
                                            decode_result, encode)
+from kernels_eval.harness.limits import default_memory_bytes
 
 REPLAY_SETS = 2  # fresh input sets each shape's program is replayed on
 
@@ -86,8 +87,6 @@ class Replayer:
         self.process: WorkerProcess | None = None
 
     def _start(self) -> WorkerProcess:
-        from kernels_eval.harness.limits import default_memory_bytes
-
         config = self.config
         memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
         # the replay's compile cache: the run's persistent root's own directory, which no worker is shown

@@ -14,6 +14,7 @@ import sys
 import threading
 
 import _thread
+from kernels_eval.harness.sanitize import clean
 
 # Bound before the candidate is imported (and guarded), so rebinding os.write cannot silence the channel.
 _os_write, _os_fstat, _getframe, _exit = os.write, os.fstat, sys._getframe, os._exit
@@ -295,8 +296,6 @@ def parse_records(lines: list[str]) -> dict:
     """The parent's reading of one call's channel lines: {"op": {...}, "host": [...], "thread": [...],
     "tamper": [...]}; a line in no known form is itself a tamper record. Every text is cleaned
     (harness/sanitize.py) and each list holds at most MAX_RECORDS distinct entries, found with sets."""
-    from kernels_eval.harness.sanitize import clean
-
     out: dict = {"op": {}, "host": Observed(), "thread": Observed(), "tamper": Observed()}
     for line in lines:
         kind, _, detail = line.partition("\t")
@@ -330,8 +329,6 @@ class Observed(list):
         if text in self.seen:
             return
         if len(self) < MAX_RECORDS:
-            from kernels_eval.harness.sanitize import clean
-
             self.seen.add(text)
             super().append(clean(text, DETAIL_CHARS, lines=False))
         else:

@@ -20,6 +20,12 @@ from kernels_eval.harness.judge import Recorded, Replayer
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.protocol import ProtocolError, WorkerReply, decode_reply
 from kernels_eval.harness.verdict import Verdict
+from kernels_eval.harness import spans
+from kernels_eval.harness.autotune_protocol import ProtocolError as AutotuneError, row_text
+from kernels_eval.harness.channel import import_tensor
+from kernels_eval.harness.limits import default_memory_bytes
+from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, quantiles, time_calls
+from kernels_eval.harness.triton_cache import file_cache_dir
 
 # Errors after which a CUDA context is unusable (CUDA's "sticky" errors, as torch and Triton word them): every
 # later call in that worker fails at once, so the operator's next problem gets a fresh worker.
@@ -111,8 +117,6 @@ class OperatorJudge(AutotuneSteps):
         self.exchange.remove()
 
     def _import(self, descs: dict) -> dict:
-        from kernels_eval.harness.channel import import_tensor
-
         if not isinstance(descs, dict):
             raise ValueError("worker reply lacks a tensor table")
         return {str(k): import_tensor(v, self.exchange, self.staging) for k, v in descs.items()}
@@ -322,8 +326,6 @@ class OperatorJudge(AutotuneSteps):
         t_repeats_s when there are several."""
         import statistics
 
-        from kernels_eval.harness.autotune_protocol import ProtocolError, row_text
-
         if self.config.autotune == "protocol":
             try:
                 record = self._autotune(model, pending)
@@ -331,10 +333,10 @@ class OperatorJudge(AutotuneSteps):
                 if pins:
                     program = self._record_program(model, pending["shape"], pins)
                     if program is None:
-                        raise ProtocolError("the call with the chosen configurations failed or was wrong")
+                        raise AutotuneError("the call with the chosen configurations failed or was wrong")
                     # the program refers to the init-time state of the worker that recorded it
                     pending = {**pending, "recorded": [program], "state": self.state}
-            except (ProtocolError, WorkerDied) as exc:
+            except (AutotuneError, WorkerDied) as exc:
                 return self._fail(v, "performance", f"autotuning protocol failed: {exc}")
             v.autotune_config = row_text(record)
         medians, n_timed = [], 0
@@ -363,8 +365,6 @@ class OperatorJudge(AutotuneSteps):
         must reproduce the reference on fresh inputs, and its time is the median over the replayed timed calls
         of the sum of each call's kernel durations (CUPTI, in the replay's own process). The outputs of each
         rotated input set's last timed call are judged too."""
-        from kernels_eval.harness.timing import quantiles
-
         _, input_kwargs = pending["shape"]
         began = time.monotonic()
         outcome = self.replayer.reproduce(self.operator, self.spec, lambda seed: self._expected(model, input_kwargs, seed),
@@ -389,9 +389,7 @@ class OperatorJudge(AutotuneSteps):
         """Median kernel span of the PyTorch reference, timed as the candidate is (EvalConfig.time_reference)."""
         import torch
 
-        from kernels_eval.harness import spans
-        from kernels_eval.harness.markers import Markers
-        from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, quantiles, time_calls
+        from kernels_eval.harness.markers import Markers  # triton's: the parent loads it only to time a reference
 
         began = time.monotonic()
         sets = [self._reference_inputs(input_kwargs, secrets.randbits(62)) for _ in range(2)]
@@ -424,8 +422,6 @@ class OperatorJudge(AutotuneSteps):
 
 def _kernel_us(records: dict | None) -> dict[str, float]:
     """Microseconds per GPU record name in a worker's records table (timing.kineto_records)."""
-    from kernels_eval.harness import spans
-
     if not records:
         return {}
     return spans.time_by_name([spans.records_from_rows(records)])
@@ -440,9 +436,6 @@ def _shape_text(kwargs: dict) -> str:
 def start_worker(config: EvalConfig, log_path: Path, wait: bool, file: Path | None = None) -> WorkerProcess:
     """A worker process for operator file `file`; wait=False returns while it is still importing torch. It
     sees that file's own Triton cache, known before it starts (a prestarted worker's is bound already)."""
-    from kernels_eval.harness.limits import default_memory_bytes
-    from kernels_eval.harness.triton_cache import file_cache_dir
-
     memory = int(config.memory_gb * 2**30) if config.memory_gb else default_memory_bytes()
     # `evaluate` decided it for the run; a bare config (a benchmark's judge) takes a cgroup where one can be made
     cgroup = config.memory_accounting != "process"

@@ -23,6 +23,12 @@ from kernels_eval.harness.kernel_source import KernelRefused, build, constant_va
 from kernels_eval.harness.protocol import (Alloc, Copy, Fill, Launch, LaunchProgram, ProtocolError, Read,
                                            ReplayRequest, ReplayResult, TensorView, decode_program, decode_request,
                                            encode)
+from kernels_eval.harness import spans
+from kernels_eval.harness.compare import tensor_digest
+from kernels_eval.harness.interpreter import patch_interpreter
+from kernels_eval.harness.spans import SpanError
+from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records
+from kernels_eval.registry import load_reference
 
 POISON_BYTE = 0xFF
 
@@ -142,9 +148,7 @@ def time_program(program: LaunchProgram, kernels: dict, input_sets: list[dict], 
     protocol times each configuration's program with."""
     import torch
 
-    from kernels_eval.harness import spans
-    from kernels_eval.harness.markers import Markers
-    from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records
+    from kernels_eval.harness.markers import Markers  # triton's: timed replays only
 
     markers = Markers(L2_FLUSH_BYTES)
     state_before = {name: t.clone() for name, t in state.items()}
@@ -199,9 +203,6 @@ def serve(request: ReplayRequest) -> ReplayResult:
     each seed, and the timed calls' seconds where asked."""
     import torch
 
-    from kernels_eval.harness.compare import tensor_digest
-    from kernels_eval.registry import load_reference
-
     try:
         program = decode_program(request.program)
         kernels = build(program.kernels)
@@ -241,16 +242,12 @@ def serve(request: ReplayRequest) -> ReplayResult:
 
 
 def spans_error():
-    from kernels_eval.harness.spans import SpanError
-
     return SpanError
 
 
 def main() -> int:
     cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from kernels_eval.harness.interpreter import patch_interpreter
-
         patch_interpreter()
     channel.send(res_fd, {"ok": True, "ready": True, "pid": os.getpid()})
     while True:

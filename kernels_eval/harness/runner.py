@@ -172,7 +172,7 @@ def _compile_markers(path: Path) -> Path | None:
     """The evaluator's markers compiled into `path` (the seed each worker copies before its candidate is
     imported), or None where that fails (each worker then compiles them itself)."""
     try:
-        from kernels_eval.harness.markers import compile_into
+        from kernels_eval.harness.markers import compile_into  # triton's: the parent imports triton only here
 
         compile_into(path)
         return path

@@ -18,6 +18,8 @@ from kernels_eval.harness.judge import Replayer
 from kernels_eval.harness.operator_judge import CONTEXT_LOST, OUT_OF_MEMORY, OperatorJudge
 from kernels_eval.harness.process import WorkerProcess
 from kernels_eval.harness.verdict import Verdict, as_verdict
+from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
+from kernels_eval.harness.triton_cache import file_cache_dir, prune
 
 log = logging.getLogger("hotshape.eval")  # phases and checked problems of a lanes run (the rows carry the rest)
 
@@ -79,8 +81,6 @@ def _run_phase(by_op: dict[str, list[Problem]], targets: list[EvalConfig], lanes
         targets = [replace(t, gpu_memory_fraction=min(t.gpu_memory_fraction, share / lanes),
                            keep_autotuning=False) for t in targets]
     if len(targets) * lanes > 1:
-        from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
-
         costs = operator_costs({op: len(plist) for op, plist in by_op.items()}, recorded_seconds())
         if lanes > 1 and targets[0].device == "cuda":  # on cpu one verdict over smoke shapes stands for all
             by_op, costs = _split_units(by_op, costs, len(targets) * lanes)
@@ -325,8 +325,6 @@ def _judge_operator(op: str, file: Path, plist: list[Problem], config: EvalConfi
     finally:
         judge.close()
         if config.triton_cache is not None:
-            from kernels_eval.harness.triton_cache import file_cache_dir, prune
-
             prune(file_cache_dir(config.triton_cache, file))
         _keep_log(config, judge.log, judge.log.name)
     return verdicts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from kernels_eval.harness.spans import GPU_WORK
 
 L2_FLUSH_BYTES = 256 << 20  # larger than any L2 in hardware.yaml (H200: 60 MB, B200: 126 MB)
 # GPU cycles of spin queued ahead of each timed call (~100 µs at 2 GHz), at the least: the host
@@ -226,8 +227,6 @@ def kineto_records(prof) -> dict:
     {"names": [...], "kinds": [...], "rows": [[correlation_id, linked_correlation_id, start_ns, end_ns, stream,
     name index, kind index], ...]} (spans.records_from_rows reads it back)."""
     from torch.autograd import DeviceType
-
-    from kernels_eval.harness.spans import GPU_WORK
 
     names: dict[str, int] = {}
     kinds: dict[str, int] = {}

@@ -19,6 +19,11 @@ import traceback
 from kernels_eval.harness import channel, discovery, guarded, observe, profiler_guard
 from kernels_eval.harness.protocol import encode
 from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
+from kernels_eval.harness import autotune_pins
+from kernels_eval.harness.compare import tensor_digest
+from kernels_eval.harness.interpreter import patch_interpreter
+from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
+from kernels_eval.registry import load_reference
 
 TRITON_BENCH_MS = (25.0, 100.0)  # triton.testing.do_bench's own warm-up and repetitions, where none are given
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
@@ -133,13 +138,11 @@ class Worker:
         torch = self.torch
         began = time.perf_counter()
         if msg.get("device") == "cuda" and torch.cuda.is_available():
-            from kernels_eval.harness.timing import gpu_profiler
-
             torch.cuda.init()
             with gpu_profiler():
                 torch.cuda.synchronize()
             if msg.get("markers_cache"):  # ~0.8 s of loading the evaluator's markers, off the first command too
-                import kernels_eval.harness.markers
+                import kernels_eval.harness.markers  # triton's: loaded ahead only when asked
 
                 try:
                     kernels_eval.harness.markers.compile_privately(msg["markers_cache"])
@@ -161,21 +164,17 @@ class Worker:
         took: dict[str, float] = {}
         began = time.perf_counter()
         if self.module is None:
-            from kernels_eval.registry import load_reference
-
             self.reference = load_reference(msg["operator"])
             import triton  # noqa: F401  (decorators read TRITON_INTERPRET at import of the candidate)
             import kernels_eval.harness.timing  # noqa: F401  (guarded)
             import kernels_eval.harness.markers  # noqa: F401  (guarded)
 
             if os.environ.get("TRITON_INTERPRET") == "1":
-                from kernels_eval.harness.interpreter import patch_interpreter
-
                 patch_interpreter()
             if self.device == "cuda" and msg.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
             if self.device == "cuda":  # before the snapshot below: do_bench is guarded
-                from kernels_eval.harness.autotune_cache import shorter_benchmarks
+                from kernels_eval.harness.autotune_cache import shorter_benchmarks  # triton's: a GPU only
 
                 self.benchmarks = shorter_benchmarks(*(float(x) for x in msg.get("autotune_bench_ms") or
                                                        TRITON_BENCH_MS))
@@ -298,7 +297,6 @@ class Worker:
         kernels' names decide adoption. Free cached blocks are filled with 0xFF bytes first (NaN in every
         float dtype), in place of poisoning fresh allocations, exactly as before timed calls."""
         torch = self.torch
-        from kernels_eval.harness.timing import gpu_profiler, kineto_records
 
         began = time.perf_counter()
         self.kept, self.inputs = [], None
@@ -355,8 +353,7 @@ class Worker:
         fresh OS randomness (reservoir sampling: every marked call equally likely), so nothing the candidate can
         read beforehand predicts it; kept outputs are cloned after the call's end marker, outside its span."""
         torch = self.torch
-        from kernels_eval.harness import markers as marker_kernels
-        from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
+        from kernels_eval.harness import markers as marker_kernels  # triton's: a GPU call only
 
         self.kept, self.inputs = [], None
         self.channel.sent = set()
@@ -450,8 +447,6 @@ class Worker:
         that reports which (kernel, key) it tuned, the configurations the autotuner's own pruning keeps for it
         and the one that ran. Each configuration is then recorded by a `call` with it pinned (`pins`) and timed
         by the trusted replay, never here."""
-        from kernels_eval.harness import autotune_pins
-
         self.kept, self.inputs = [], None
         _pin(msg)
         autotune_pins.Watch.start()
@@ -543,8 +538,6 @@ class Worker:
     def _export_call(self, outputs: dict, inputs: dict, key: int) -> dict:
         """A call's outputs, exported for the parent to judge, and the digest under `key` of each of its tensor
         inputs as they are afterwards (in-place outputs are outputs; the parent digests its pristine inputs)."""
-        from kernels_eval.harness.compare import tensor_digest
-
         return {"outputs": {k: self._export(v, f"out_{k}") for k, v in outputs.items()},
                 "inputs": {k: tensor_digest(v, key) for k, v in inputs.items() if isinstance(v, self.torch.Tensor)}}
 
@@ -561,8 +554,6 @@ class Worker:
 
 def _pin(msg: dict) -> None:
     """Pin the configurations a command names (kernel -> key -> index: autotune_pins.PINS), none when it names none."""
-    from kernels_eval.harness import autotune_pins
-
     autotune_pins.PINS.clear()
     for kernel, keys in (msg.get("pins") or {}).items():
         autotune_pins.PINS[str(kernel)] = {str(k): int(i) for k, i in keys.items()}

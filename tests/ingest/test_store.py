@@ -261,6 +261,7 @@ def test_a_folders_capture_sidecar_is_read_once_and_its_error_quarantines_each_o
     """capture_traces_for per folder is what it is per trace; a sidecar that cannot be read quarantines
     every trace beside it with its reason, as reading it for each of them would."""
     from ingest import graphs
+    from ingest import store as store_module
     from ingest.store import _sidecar_captures
 
     a = _copy(tmp_path / "t", GRAPH)
@@ -268,12 +269,12 @@ def test_a_folders_capture_sidecar_is_read_once_and_its_error_quarantines_each_o
     c = _copy(tmp_path / "t", EAGER)
     read = []
     real = graphs.capture_traces_for
-    monkeypatch.setattr(graphs, "capture_traces_for", lambda p: read.append(p) or real(p))
+    monkeypatch.setattr(store_module, "capture_traces_for", lambda p: read.append(p) or real(p))
     sidecars = {}
     assert [_sidecar_captures(p, sidecars) for p in (a, b, c)] == [real(a), real(b), real(c)]
     assert real(a) and read == [a, c]
     (a.parent / "capture_traces" / "execution_details.json").write_text("{not json")
-    monkeypatch.setattr(graphs, "capture_traces_for", real)
+    monkeypatch.setattr(store_module, "capture_traces_for", real)
     store = TraceStore(tmp_path / "store")
     report = store.ingest([a, b, c], jobs=1)
     ta, tb = trace_id_of(a.read_bytes()), trace_id_of(b.read_bytes())

@@ -86,6 +86,7 @@ class Device:
             monkeypatch.setattr(torch.cuda, name, value, raising=False)
         monkeypatch.setattr(markers, "Markers", Markers)
         monkeypatch.setattr(timing, "gpu_profiler", Profiler)
+        monkeypatch.setattr(worker, "gpu_profiler", Profiler)  # the worker's own name for it
         monkeypatch.setattr(worker, "fill_free_blocks", lambda torch: 0)
 
     def run(self, name: str, dur_ns: int) -> None:

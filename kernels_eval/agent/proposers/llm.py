@@ -13,6 +13,8 @@ import urllib.request
 
 from kernels_eval.agent.optimize import Candidate, LoopState
 from kernels_eval.agent.records import as_builtins
+from kernels_eval.agent.contract import operator_contract, reference_source
+from kernels_eval.agent.proposers.search import regime
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 SYSTEM = ("You write Triton kernels. Reply with one complete Python file in a ```python block: it defines "
@@ -64,8 +66,6 @@ def extract_code(content: str) -> str | None:
 
 def task_prompt(operator: str, problems: list[dict]) -> str:
     """The workspace's content for one operator as prompt text: contract, reference, heaviest problems."""
-    from kernels_eval.agent.contract import operator_contract, reference_source
-
     contract = operator_contract(operator, [p.get("dtypes") or {} for p in problems])
     heavy = sorted(problems, key=lambda p: -(p.get("weight") or 0.0))[:12]
     shapes = "\n".join(f"- weight {p.get('weight') or 0:.4g}: init {json.dumps(p['init_kwargs'])}, "
@@ -108,7 +108,6 @@ class LLMProposer:
     def _retrieved(self, state: LoopState) -> str:
         if self.knowledge is None:
             return ""
-        from kernels_eval.agent.proposers.search import regime
 
         mode = regime(state)
         errors = " ".join(f.error or "" for f in state.accepted_feedback[:3])

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from catalogue import registry
-from kernels_eval.agent.optimize import Candidate, LoopState
+from kernels_eval.agent.optimize import Candidate, LoopState, sha256_text
 
 # tile sizes, and the work of one program or split (KEYS_PER_SPLIT: larger means fewer programs, as a tile)
 TILE_NAME = re.compile(r"^(BLOCK|TILE|VEC|CHUNK|SPLIT|GROUP_SIZE)(_[A-Z0-9]+)*$|_(BLOCK|TILE|COLS|ROWS|ELEMENTS|SIZE)$"
@@ -184,8 +184,6 @@ class SearchProposer:
 
     def propose(self, state: LoopState) -> Candidate | None:
         """The next untried neighbour of the accepted file (None when its neighbourhood is spent)."""
-        from kernels_eval.agent.optimize import sha256_text
-
         sha = sha256_text(state.accepted_source)
         if sha != self.base_sha:  # a new accepted file (or a restart): its neighbourhood, in the regime's order
             mode = regime(state)
