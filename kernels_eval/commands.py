@@ -19,8 +19,10 @@ def register(subparsers) -> None:
     """Add the kernels_eval commands to the hotshape command."""
     from kernels_eval import eval_commands
     from kernels_eval.capture import add_capture_arguments
+    from kernels_eval.library import commands as library_commands
 
     c = subparsers.add_parser("capture", help="profile a model on a GPU into a Kineto trace")
     add_capture_arguments(c)
     c.set_defaults(func=run_capture)
     eval_commands.register(subparsers)
+    library_commands.register(subparsers)

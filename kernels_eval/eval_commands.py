@@ -284,7 +284,26 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"hotshape score: {args.results}: no rows for submission {args.submission!r}"
               f"{did_you_mean(args.submission, names)}; it has {', '.join(names) or 'no rows'}", file=sys.stderr)
         return 2
-    scores = score(checked.rows, release, args.weights)
+    from kernels_eval.library.line import library_scores, split_baseline, versus_library
+
+    rows, baseline_rows = split_baseline(checked.rows)  # the library line is scored apart, never as a submission
+    if args.library:
+        problem = _results_problem(args.library)
+        if problem:
+            print(f"hotshape score: {problem}", file=sys.stderr)
+            return 2
+        try:
+            extra = check_results(args.library, release, exclude_unverified=args.exclude_unverified)
+        except ResultsRejected as exc:
+            print(f"hotshape score: {exc}", file=sys.stderr)
+            return 2
+        import polars as pl
+
+        baseline_rows = pl.concat([baseline_rows, split_baseline(extra.rows)[1]], how="vertical_relaxed")
+    scores = score(rows, release, args.weights) if rows.height else []
+    library = library_scores(baseline_rows, release, args.weights)
+    for s in scores:
+        s["vs_library"] = versus_library(s, rows, release, library.get(s["hardware"]), args.weights)
     notes = []
     if checked.unverified:
         notes.append(f"{checked.unverified} of {checked.total} rows excluded: signature not verified")
@@ -292,8 +311,9 @@ def run_score(args: argparse.Namespace) -> int:
         notes.append(f"{checked.other_release} of {checked.total} rows excluded: made against another release")
     if checked.earlier_version:
         notes.append(f"{checked.earlier_version} rows were made before the release's last refresh (same problems)")
-    if checked.unsandboxed:
-        notes.append(f"{checked.unsandboxed} rows ran unsandboxed")
+    unsandboxed = int((~rows["sandboxed"].fill_null(False)).sum()) if rows.height else 0  # a baseline runs no candidate
+    if unsandboxed:
+        notes.append(f"{unsandboxed} rows ran unsandboxed")
     if checked.broken_seal:
         notes.append(f"{checked.broken_seal} of {checked.total} rows excluded: their run's seal fails (rows deleted "
                      "or added)")
@@ -305,11 +325,12 @@ def run_score(args: argparse.Namespace) -> int:
         from kernels_eval.report import write_score_report
         from kernels_eval.scoring import problem_scores, with_release_roofline
 
-        per_problem = problem_scores(with_release_roofline(checked.rows, release)) if checked.rows.height else None
-        written = write_score_report(args.report, scores, per_problem, f"Scores of {args.results} on {release.name}")
+        per_problem = problem_scores(with_release_roofline(rows, release)) if rows.height else None
+        written = write_score_report(args.report, scores, per_problem, f"Scores of {args.results} on {release.name}",
+                                     library=list(library.values()))
         print(f"report: {written}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"scores": scores, "rows": checked.total, "excluded_unverified": checked.unverified,
+        print(json.dumps({"scores": scores, "library": list(library.values()), "rows": checked.total, "excluded_unverified": checked.unverified,
                           "excluded_other_release": checked.other_release, "unsandboxed": checked.unsandboxed,
                           "excluded_broken_seal": checked.broken_seal,
                           "excluded_below_roofline": checked.below_roofline, "unsealed": checked.unsealed,
@@ -317,10 +338,19 @@ def run_score(args: argparse.Namespace) -> int:
         return 0
     for note in notes:
         print(note)
-    if not scores:
+    if not scores and not library:
         print("no verified rows to score")
+    from kernels_eval.library.display import library_lines, library_summary, versus_lines
+
     for s in scores:
         for line in score_lines(s):
+            print(line)
+        if s["vs_library"]:
+            for line in versus_lines(s["vs_library"], s["performance_measured"], per_problem=args.per_problem):
+                print(line)
+    for lib in library.values():  # its operators are in each score's table above; alone, its own table
+        beside = any(s["hardware"] == lib["hardware"] for s in scores)
+        for line in [library_summary(lib)] if beside else library_lines(lib):
             print(line)
     return 0
 
@@ -342,16 +372,23 @@ def run_leaderboard(args: argparse.Namespace) -> int:
     except ResultsRejected as exc:
         print(f"hotshape leaderboard: {exc}", file=sys.stderr)
         return 2
+    from kernels_eval.library.line import library_scores, split_baseline, versus_library
+
+    rows, baseline_rows = split_baseline(rows)  # the library line: shown beside the ranking, never in it
     entries = leaderboard(rows, release, args.weights)
+    library = library_scores(baseline_rows, release, args.weights) if baseline_rows.height else {}
+    for e in entries:
+        e["vs_library"] = versus_library(e, rows, release, library.get(e["hardware"]), args.weights)
+    libraries = list(library.values())
     if args.html:
         out = Path(args.html)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(leaderboard_html(entries, f"Leaderboard on {release.name}"), encoding="utf-8")
+        out.write_text(leaderboard_html(entries, f"Leaderboard on {release.name}", libraries), encoding="utf-8")
         print(f"report: {out}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"leaderboard": entries, "notes": notes}))
+        print(json.dumps({"leaderboard": entries, "library": libraries, "notes": notes}))
         return 0
-    for line in notes + leaderboard_lines(entries):
+    for line in notes + leaderboard_lines(entries, libraries):
         print(line)
     return 0
 
@@ -448,6 +485,12 @@ def register(subparsers) -> None:
                    help="score without the rows whose signature or release does not verify (default: refuse)")
     s.add_argument("--report", metavar="FILE.html",
                    help="also write an offline HTML report (per-operator table, contribution and roofline plots)")
+    s.add_argument("--library", metavar="RESULTS",
+                   help="a results file holding baseline rows (hotshape baseline) to show beside the scores; baseline "
+                        "rows in RESULTS itself are shown the same way")
+    s.add_argument("--per-problem", action="store_true",
+                   help="with baseline rows (hotshape baseline) in the results: each problem's roofline, library and "
+                        "submission times and S side by side")
     s.add_argument("--json", action="store_true", help="print the scores as JSON on stdout")
     s.set_defaults(func=run_score)
 

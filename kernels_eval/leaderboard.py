@@ -69,10 +69,13 @@ def separation_note(entries: list[dict]) -> list[str]:
             + ", ".join(f"{a} and {b}" for a, b in pairs) + " (docs/reproducibility.md)"]
 
 
-def leaderboard_lines(entries: list[dict]) -> list[str]:
-    """The ranking as a terminal table, then the S_op matrix (operators by weight, one column per entry)."""
+def leaderboard_lines(entries: list[dict], library: list[dict] = ()) -> list[str]:
+    """The ranking as a terminal table, then the S_op matrix (operators by weight, one column per entry); the library
+    line (kernels_eval/library/line.py) under the ranking and as the matrix's last column, never ranked."""
+    from kernels_eval.library.display import library_cell, library_summary
+
     if not entries:
-        return ["no verified rows to rank"]
+        return ["no verified rows to rank"] + [library_summary(lib) for lib in library]
     phases = list(entries[0]["S_agg_phase"])
     name = max(len(f"{e['submission']}@{e['hardware']}") for e in entries)
     lines = [f"{'#':>3}  {'submission@hardware':<{name}}  {'S_agg':>12}  {'interval':>20}  "
@@ -86,13 +89,23 @@ def leaderboard_lines(entries: list[dict]) -> list[str]:
                      + f"  {e['rates']['correct']['weighted']:>11.1%}  {e['rates']['native']['weighted']:>10.1%}"
                      f"  {e['evaluated']:>4}/{e['problems']:<4}")
     lines += separation_note(entries)
-    lines += ["", "S_op per operator (heaviest first; columns in rank order):"]
+    for lib in library:
+        lines.append(f"  -  {library_summary(lib)}")
+        for e in entries:
+            vs = e.get("vs_library")
+            if vs and e["hardware"] == lib["hardware"]:
+                toward = "n/a" if vs["toward_roofline"] is None else f"{vs['toward_roofline']:+.3f}"
+                lines.append(f"     #{e['rank']} {e['submission']}: toward the roofline from the library {toward}")
+    lines += ["", "S_op per operator (heaviest first; columns in rank order" + (", then the library)" if library
+                                                                                else "):")]
     weights = entries[0]["W_op"]
     ops = sorted(weights, key=lambda op: (-weights[op], op))
     width = max(len(op) for op in ops)
-    lines.append(f"  {'operator':<{width}}  {'W_op':>7}  " + "  ".join(f"{'#' + str(e['rank']):>12}" for e in entries))
+    lines.append(f"  {'operator':<{width}}  {'W_op':>7}  " + "  ".join(f"{'#' + str(e['rank']):>12}" for e in entries)
+                 + "".join(f"  {'lib@' + lib['hardware']:>12}" for lib in library))
     for op in ops:
         cells = [NOT_MEASURED if e["S_op"].get(op) is None else f"{e['S_op'][op]:.4f}" for e in entries]
+        cells += [library_cell(lib, op) for lib in library]
         lines.append(f"  {op:<{width}}  {weights[op]:>7.4f}  " + "  ".join(f"{c:>12}" for c in cells))
     return lines
 
@@ -123,8 +136,11 @@ def leaderboard_plot(entries: list[dict]) -> str:
     return _png(fig)
 
 
-def leaderboard_html(entries: list[dict], title: str) -> str:
-    """The ranking with its plot and the S_op matrix as one offline HTML page."""
+def leaderboard_html(entries: list[dict], title: str, library: list[dict] = ()) -> str:
+    """The ranking with its plot and the S_op matrix as one offline HTML page (the library line under the ranking and
+    as the matrix's last column, never ranked)."""
+    from kernels_eval.library.display import library_cell, library_summary
+
     def row(cells, tag="td"):
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
 
@@ -137,13 +153,17 @@ def leaderboard_html(entries: list[dict], title: str) -> str:
                             interval_text(e.get("S_agg_interval")),
                             *(fmt(e["S_agg_phase"][p]) for p in phases), f"{e['rates']['correct']['weighted']:.1%}",
                             f"{e['rates']['native']['weighted']:.1%}", f"{e['evaluated']}/{e['problems']}"]))
+    for lib in library:
+        ranking.append(row(["-", f"library: {library_summary(lib)}", lib["hardware"], fmt(lib["S_agg"])]))
     matrix = []
     if entries:
         weights = entries[0]["W_op"]
-        matrix.append(row(["operator", "W_op", *(f"#{e['rank']} {e['submission']}" for e in entries)], "th"))
+        matrix.append(row(["operator", "W_op", *(f"#{e['rank']} {e['submission']}" for e in entries),
+                           *(f"library@{lib['hardware']}" for lib in library)], "th"))
         for op in sorted(weights, key=lambda op: (-weights[op], op)):
             matrix.append(row([op, f"{weights[op]:.4f}", *(NOT_MEASURED if e["S_op"].get(op) is None
-                                                          else f"{e['S_op'][op]:.4f}" for e in entries)]))
+                                                          else f"{e['S_op'][op]:.4f}" for e in entries),
+                               *(library_cell(lib, op) for lib in library)]))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<h2>Ranking</h2><table>{''.join(ranking)}</table>{leaderboard_plot(entries)}"

@@ -104,8 +104,11 @@ def _table(s: dict) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str) -> str:
-    """The HTML of a report on `scores` (scoring.score output) with their per-problem rows."""
+def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str, library: list[dict] = ()) -> str:
+    """The HTML of a report on `scores` (scoring.score output) with their per-problem rows, each beside the library
+    line where `library` (kernels_eval/library/line.py) has one for its hardware."""
+    from kernels_eval.library.display import library_html, versus_html
+
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              "<p class='note'>S_i = min(1, T_roofline/T_measured) for a problem compiled, correct and native, "
@@ -120,12 +123,16 @@ def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str) -> s
                   f"{s['evaluated']}/{s['problems']} problems evaluated; correct on "
                   f"{s['rates']['correct']['weighted']:.1%} and native on {s['rates']['native']['weighted']:.1%} "
                   f"of the weight.</p>", _table(s), contribution_plot(s), roofline_plot(per_problem, s)]
+        if s.get("vs_library"):
+            parts.append(versus_html(s["vs_library"], s["performance_measured"]))
+    parts += [library_html(lib) for lib in library]
     return "\n".join(parts) + "\n</body></html>\n"
 
 
-def write_score_report(path: str | Path, scores: list[dict], per_problem: pl.DataFrame, title: str) -> Path:
+def write_score_report(path: str | Path, scores: list[dict], per_problem: pl.DataFrame, title: str,
+                       library: list[dict] = ()) -> Path:
     """The report written to `path` (its directory made if missing)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(score_report(scores, per_problem, title), encoding="utf-8")
+    path.write_text(score_report(scores, per_problem, title, library), encoding="utf-8")
     return path

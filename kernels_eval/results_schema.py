@@ -58,6 +58,7 @@ RESULTS = pa.schema([
     ("timing_rule", pa.string()),
     ("t_repeats_s", pa.list_(pa.float64())),
     ("autotune_config", pa.string()),
+    ("baseline", pa.string()),
 ])
 # Columns added with signed results (docs/results.md): a row or file without them reads with nulls there, so
 # it is unsigned and `hotshape score` refuses it unless told to exclude unverified rows.
@@ -73,7 +74,8 @@ RESULTS = pa.schema([
 # (results_key.canonical) and their signatures still verify.
 # run_sealed and memory_accounting came later still, signed only where set like device_index: a sealed run's rows
 # are true, and its seal (row count, digest of its rows) is in the file's schema metadata (results_seal.py).
-# timing_rule, t_repeats_s and autotune_config (docs/reproducibility.md) were added with the same rule.
+# timing_rule, t_repeats_s and autotune_config (docs/reproducibility.md) were added with the same rule, and baseline
+# (docs/library-baseline.md) after them.
 # Each column's description and unit, carried in the results file's field metadata (ingest.field_metadata; both
 # imports are pyarrow only, as the evaluator's machine needs); docs/tables.md lists the same.
 COLUMNS = {
@@ -127,11 +129,14 @@ COLUMNS = {
     "autotune_config": ("configuration the evaluator's autotuning protocol chose, canonical JSON of [kernel, key, "
                         "config index, config] per autotuned kernel (hotshape eval --autotune protocol); null "
                         "otherwise", ""),
+    "baseline": ("the library path a baseline row ran (hotshape baseline; 'none' where its operator has none): such a "
+                 "row is a reference line, never native and never ranked; null on a submission's row", ""),
 }
 RESULTS = described(RESULTS, COLUMNS)
 LATER_COLUMNS = ("t_event_s", "sandboxed", "release_digest", "manifest_sha256", "key_id", "signature",
-                 "device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config")
-SIGNED_WHEN_SET = ("device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config")
+                 "device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config", "baseline")
+SIGNED_WHEN_SET = ("device_index", "run_sealed", "memory_accounting", "timing_rule", "t_repeats_s", "autotune_config",
+                   "baseline")
 
 
 def timestamp(value) -> datetime | None:
