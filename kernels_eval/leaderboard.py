@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kernels_eval.library.display import library_cell, library_summary
 from kernels_eval.report import STYLE
 from kernels_eval.results_verify import ROW_KEY, check_results
 from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
@@ -72,8 +73,6 @@ def separation_note(entries: list[dict]) -> list[str]:
 def leaderboard_lines(entries: list[dict], library: list[dict] = ()) -> list[str]:
     """The ranking as a terminal table, then the S_op matrix (operators by weight, one column per entry); the library
     line (kernels_eval/library/line.py) under the ranking and as the matrix's last column, never ranked."""
-    from kernels_eval.library.display import library_cell, library_summary
-
     if not entries:
         return ["no verified rows to rank"] + [library_summary(lib) for lib in library]
     phases = list(entries[0]["S_agg_phase"])
@@ -139,7 +138,6 @@ def leaderboard_plot(entries: list[dict]) -> str:
 def leaderboard_html(entries: list[dict], title: str, library: list[dict] = ()) -> str:
     """The ranking with its plot and the S_op matrix as one offline HTML page (the library line under the ranking and
     as the matrix's last column, never ranked)."""
-    from kernels_eval.library.display import library_cell, library_summary
 
     def row(cells, tag="td"):
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kernels_eval.library.display import library_html, versus_html
 from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
@@ -107,8 +108,6 @@ def _table(s: dict) -> str:
 def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str, library: list[dict] = ()) -> str:
     """The HTML of a report on `scores` (scoring.score output) with their per-problem rows, each beside the library
     line where `library` (kernels_eval/library/line.py) has one for its hardware."""
-    from kernels_eval.library.display import library_html, versus_html
-
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              "<p class='note'>S_i = min(1, T_roofline/T_measured) for a problem compiled, correct and native, "

@@ -22,8 +22,18 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from catalogue.registry import spec as operator_spec
+from kernels_eval import registry
+from kernels_eval.harness.compare import compare_outputs, named_outputs
 from kernels_eval.harness.config import Problem
+from kernels_eval.harness.release_view import read_release_view
+from kernels_eval.harness.runner import _t_roofline, detect_hardware, new_run_id, release_identity, result_row
+from kernels_eval.harness.timing import quantiles
 from kernels_eval.harness.verdict import Verdict
+from kernels_eval.library.paths import NO_LIBRARY, library_options
+from kernels_eval.results_key import host_key, sign_row
+from kernels_eval.results_schema import next_run
+from kernels_eval.results_store import check_out, merge_rows
 
 LIBRARY = "library"  # the submission name of baseline rows
 NO_PATH = "none"  # `baseline` of a row whose operator has no library path
@@ -63,8 +73,6 @@ def _check(spec, reference, model, option, inputs: dict, device: str) -> tuple[l
     """(failures, max abs err) of one library option against the reference on `inputs`."""
     import torch
 
-    from kernels_eval.harness.compare import compare_outputs, named_outputs
-
     with torch.no_grad():
         expected = named_outputs(model(**inputs), spec.outputs)
         got = named_outputs(option.outputs(option.run()), spec.outputs)
@@ -75,8 +83,6 @@ def _check(spec, reference, model, option, inputs: dict, device: str) -> tuple[l
 
 
 def _option(operator: str, model, inputs: dict, device: str, path: str):
-    from kernels_eval.library.paths import library_options
-
     for option in library_options(operator, model, inputs, device):
         if option.path == path:
             return option
@@ -88,9 +94,6 @@ def judge(operator: str, init_kwargs: dict, input_kwargs: dict, device: str, *, 
     """(verdict, library path that ran) of one problem: the first library option that runs and matches the
     reference on a fresh input set, checked on `sets` sets in all, then timed when `time_it`."""
     import torch
-
-    from kernels_eval import registry
-    from kernels_eval.library.paths import NO_LIBRARY, library_options
 
     began = time.perf_counter()
     v = Verdict()
@@ -132,8 +135,7 @@ def judge(operator: str, init_kwargs: dict, input_kwargs: dict, device: str, *, 
             return v.fail("correctness", f"{path}: {failures[0]}"), path
     v.correct = True
     if time_it and device == "cuda":
-        from kernels_eval.harness.timing import quantiles
-        from kernels_eval.library.timing import TIMING_RULE, time_library
+        from kernels_eval.library.timing import TIMING_RULE, time_library  # its markers load triton: GPU only
 
         runs = []
         size = 0
@@ -164,11 +166,9 @@ def operator_verdicts(operator: str, problems: list[Problem], device: str, *, se
                       max_calls: int):
     """(problem, verdict, path) of each problem of one operator: on cuda each problem on its own shape, timed; on
     cpu the operator's smoke shapes once (the verdict of the first that fails, else the last), for every problem."""
-    from catalogue.registry import spec
-
     if device != "cuda":
         verdict, path = Verdict(stage="done", compiled=True, correct=True), NO_PATH
-        for smoke in spec(operator).smoke:
+        for smoke in operator_spec(operator).smoke:
             verdict, path = judge(operator, smoke.init, smoke.inputs, device, sets=sets)
             if verdict.stage != "done":
                 break
@@ -188,8 +188,6 @@ def operator_verdicts(operator: str, problems: list[Problem], device: str, *, se
 
 def baseline_row(base: dict, p: Problem, verdict: Verdict, path: str, t_roof: float | None, device: str) -> dict:
     """One results row of a baseline verdict (the evaluator's result_row, with `baseline` naming the path)."""
-    from kernels_eval.harness.runner import result_row
-
     row = result_row(base, p, verdict, base["file_sha256"], t_roof, device)
     row["baseline"] = path
     return row
@@ -200,12 +198,6 @@ def run_baseline(out: str | Path, release_path: str | Path, device: str, *, ops:
                  isolate: bool | None = None, child_timeout_s: float = 300.0, progress=None) -> list[dict]:
     """The baseline rows of a release's problems (those of `ops` / `problem_ids` when given), signed with the host
     key and merged into results file `out` after each operator, as one sealed run of submission LIBRARY."""
-    from kernels_eval.harness.release_view import read_release_view
-    from kernels_eval.harness.runner import _t_roofline, detect_hardware, new_run_id, release_identity
-    from kernels_eval.results_key import host_key, sign_row
-    from kernels_eval.results_schema import next_run
-    from kernels_eval.results_store import check_out, merge_rows
-
     release = read_release_view(release_path)
     out = Path(out)
     check_out(out)
@@ -265,8 +257,6 @@ def _child_verdicts(operator: str, problems: list[Problem], release_path, device
 
 
 def _child(args) -> int:
-    from kernels_eval.harness.release_view import read_release_view
-
     wanted = set(args.problems.split(","))
     problems = [Problem(r) for r in read_release_view(args.release).problems if r["problem_id"] in wanted]
     for p, verdict, path in operator_verdicts(args.child, problems, args.device, sets=args.sets,

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+# Imports inside functions: `hotshape` imports this module to build its parser (pipelines/cli.py), so the command
+# loads only what it runs.
+
 
 def run_baseline_command(args: argparse.Namespace) -> int:
     """Judge and time each problem of RELEASE through its library path; append the rows to --out as a run of

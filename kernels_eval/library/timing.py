@@ -9,6 +9,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from kernels_eval.harness import spans
+from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records
+
 TIMING_RULE = "device_busy"
 
 
@@ -18,9 +21,7 @@ def time_library(runs: list[Callable[[], object]], *, budget_s: float = 0.15, mi
     rotated) on a GPU."""
     import torch
 
-    from kernels_eval.harness import spans
-    from kernels_eval.harness.markers import Markers
-    from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records
+    from kernels_eval.harness.markers import Markers  # loads triton: only a GPU timing needs the markers
 
     markers = Markers(L2_FLUSH_BYTES)
     with torch.no_grad():
