@@ -249,6 +249,7 @@ def attribute(trace: KinetoTrace) -> pl.DataFrame:
             "graph_launch": graph,
             "graph_kernel_index": _graph_kernel_index(acts, graph) if any(graph) else [None] * len(graph),
             "external_id_agrees": agrees,
+            "grid": acts.grid,
             "attribution": attribution,
     }
     schema = {name: dtype for name, dtype in KERNEL_EVENT_COLUMNS.items() if name not in CHAIN_COLUMNS and name != "trace_id"}

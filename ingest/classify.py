@@ -9,6 +9,7 @@ import polars as pl
 
 from ingest.columns import repeated
 from ingest.graphs import attribute_graphs
+from ingest.neighbours import join_convolution_neighbours, rope_before_cache_write
 from ingest.phases import assign_phases, merged_step
 from ingest.plain import plain
 from ingest.problems import fill_block_size, grouped_mm_call, moe_from_grouped_mm, router_topk, to_problem
@@ -123,43 +124,6 @@ def _agree_by_kernel(kernels: list[str], rules: list[str], ops: list, operators:
                 operators[i], kwargs_list[i] = next(iter(seen)), {}
 
 
-def _join_convolution_neighbours(events: pl.DataFrame, operators: list[str], kwargs_list: list[dict], ops: list,
-                                 rules: list[str]) -> None:
-    """Rows without an op whose kernel name alone made them `gemm` take, in place, the work they sit inside
-    when the kernels just before and after them on their stream say what that is: between two convolution
-    kernels a GEMM is that convolution's (cuDNN's Winograd runs volta_sgemm between its transforms), and
-    beside backward kernels it is backward work (`other`), as a kernel of a backward op is. Unshaped either
-    way. Seen in kineto's ResNet-50 training sample, whose kernels launched before the profile's window have
-    no launch row. A convolution's helper kernel that its name alone made `convolution` (MIOpen's transposes,
-    cuDNN's FFT and layout kernels, which its gradients run too) is backward work between two backward kernels."""
-    candidates = [i for i, (operator, rule, op) in enumerate(zip(operators, rules, ops))
-                  if operator in ("gemm", "convolution") and op is None and rule.startswith("kernel_rules")]
-    if not candidates:
-        return
-    kernel_rows = (events.select("device", "stream", "ts_ns", "category").with_row_index("row")
-                   .filter(pl.col("category") == "kernel").sort("device", "stream", "ts_ns", "row"))
-    rows = kernel_rows["row"].to_list()
-    lanes = list(zip(kernel_rows["device"].to_list(), kernel_rows["stream"].to_list()))
-    position = {row: k for k, row in enumerate(rows)}
-    for i in candidates:
-        k = position.get(i)
-        if k is None or k == 0 or k + 1 == len(rows) or not (lanes[k - 1] == lanes[k] == lanes[k + 1]):
-            continue
-        around = {_conv_or_backward(operators[rows[k - 1]], rules[rows[k - 1]]),
-                  _conv_or_backward(operators[rows[k + 1]], rules[rows[k + 1]])}
-        if operators[i] == "convolution":
-            if around == {"backward"}:
-                operators[i], kwargs_list[i] = "other", {}
-        elif around == {"convolution"}:
-            operators[i], kwargs_list[i] = "convolution", {}
-        elif None not in around:
-            operators[i], kwargs_list[i] = "other", {}
-
-
-def _conv_or_backward(operator: str, rule: str) -> str | None:
-    return "backward" if rule == "backward" else "convolution" if operator == "convolution" else None
-
-
 # A copy, fill or collective decided by its category or its kernel's role carries no op's shape: the op that
 # launched it (aten::mm's workspace memset, aten::linear's cast) is not its work.
 _NO_SHAPE_RULES = ("roles.", "categories.")
@@ -264,7 +228,9 @@ def classify_events(
     row_kwargs = per_row(kwargs_list)
     _hf_moe_problems_by_key(events, key_of, operators, kwargs_list, chains, args_at, row_kwargs)
     operators, kwargs_list, ops = per_row(operators), row_kwargs, per_row(ops)
-    _join_convolution_neighbours(events, operators, kwargs_list, ops, per_row(rules))
+    row_rules = per_row(rules)
+    join_convolution_neighbours(events, operators, kwargs_list, ops, row_rules)
+    rope_before_cache_write(events, operators, kwargs_list, row_rules)
     row_chains, row_annotations = per_row(chains), per_row(annotations)
     kwargs_list = fill_block_size(operators, kwargs_list)
     phase, phase_rule = assign_phases(events, kwargs_list, operators, row_chains, row_annotations)

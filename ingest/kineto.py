@@ -34,6 +34,7 @@ class GpuActivities:
     correlation: list[int | None]
     external_id: list[int | None]
     graph_node: list[bool]  # kineto >= 2026 marks kernels replayed from a CUDA graph with `graph id`
+    grid: list[list[int] | None]  # the launch's [x, y, z] blocks where the trace gives them
 
 
 @dataclass(slots=True)
@@ -214,7 +215,7 @@ _LIMIT_US = 9 * 10**15  # ns of µs beyond it come near the end of int64 (year 2
 def _activities(f: GpuFields, base_ns: int) -> GpuActivities:
     ts_ns, dur_ns = _times(f.ts, f.dur, base_ns)
     return GpuActivities(f.name, f.category, ts_ns, dur_ns, f.device, f.stream, f.correlation, f.external_id,
-                         f.graph_node)
+                         f.graph_node, f.grid)
 
 
 def _launches(f: LaunchFields, base_ns: int) -> LaunchRows:

@@ -25,6 +25,7 @@ class GpuFields(NamedTuple):
     correlation: list[int | None]
     external_id: list[int | None]
     graph_node: list[bool]
+    grid: list[list[int] | None]
 
 
 class LaunchFields(NamedTuple):
@@ -68,6 +69,7 @@ def gpu_fields(gpu: list) -> GpuFields:
         correlation=field(args, "correlation"),
         external_id=field(args, "external_id"),
         graph_node=list(map(bool, field(args, "graph_id"))),
+        grid=list(map(_grid, field(args, "grid"))),
     )
 
 
@@ -104,6 +106,13 @@ def _ids(values: list, fallbacks: list) -> list[int]:
     if set(map(type, values)) <= {int}:
         return values
     return [v if type(v) is int else _int(v, _int(f, 0)) for v, f in zip(values, fallbacks)]
+
+
+def _grid(value) -> list[int] | None:
+    """A launch grid as three non-negative ints, else None (absent on HIP-graph and hipModuleLaunchKernel rows)."""
+    if type(value) is list and len(value) == 3 and all(type(v) is int and 0 <= v < 2**31 for v in value):
+        return value
+    return None
 
 
 def _int(value, fallback):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from decimal import Decimal
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -133,6 +133,7 @@ class GpuArgs(msgspec.Struct, gc=False):
     device: _Scalar = None
     stream: _Scalar = None
     graph_id: _Scalar = msgspec.field(default=None, name="graph id")
+    grid: Any = None  # [x, y, z] blocks as the launch wrote them; anything else is read as none (kineto_fields)
 
 
 class LaunchArgs(msgspec.Struct, gc=False):

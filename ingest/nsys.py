@@ -144,6 +144,7 @@ def _read(conn: sqlite3.Connection, tables: set[str], trace_id: str, path: str) 
         cols["graph_launch"].append(graph)
         cols["graph_kernel_index"].append(None)
         cols["external_id_agrees"].append(None)
+        cols["grid"].append(None)
         cols["attribution"].append(attribution)
     for members in graph_order.values():
         for k, i in enumerate(sorted(members, key=lambda j: activities[j][2])):

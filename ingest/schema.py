@@ -37,6 +37,7 @@ KERNEL_EVENT_COLUMNS = {
     "graph_launch": pl.Boolean,  # replayed from a CUDA/HIP graph launch
     "graph_kernel_index": pl.Int32,  # order of the activity within its graph launch
     "external_id_agrees": pl.Boolean,  # cross-check of `External id` against the op; null when absent
+    "grid": pl.List(pl.Int64),  # the launch's [x, y, z] blocks (Kineto's `grid`); null where the trace has none
     "attribution": pl.String,  # catalogue.vocabulary.ATTRIBUTIONS (CLASSIFIED_ATTRIBUTIONS once classified)
 }
 
@@ -112,6 +113,7 @@ COLUMNS = {
     "graph_launch": ("replayed from a CUDA/HIP graph launch", ""),
     "graph_kernel_index": ("order of the activity within its graph launch", ""),
     "external_id_agrees": ("the trace's External id agrees with the op (null when absent)", ""),
+    "grid": ("the launch's [x, y, z] grid of blocks as the trace wrote it (null where it has none)", ""),
     "attribution": ("how the row reached its op: direct, graph_replay (before classification), graph_capture, "
                     "name_rule, launch_only or unattributed", ""),
     "operator": ("canonical operator (ingest/taxonomy.yaml), other if none", ""),
@@ -159,6 +161,7 @@ def __getattr__(name: str) -> pa.Schema:
 
     arrow = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.Boolean: pa.bool_()}
     arrow[pl.List(pl.String)] = pa.list_(pa.string())
+    arrow[pl.List(pl.Int64)] = pa.list_(pa.int64())
     plain = pa.schema([(column, arrow[dtype]) for column, dtype in _ARROW_SCHEMAS[name].items()])
     schema = globals()[name] = described(plain, descriptions(name))
     return schema

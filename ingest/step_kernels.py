@@ -4,7 +4,8 @@ Without a step annotation or attention shapes, a step still says what it is by i
 or batch-prefill attention kernel runs only when the step has prompt tokens, a paged-decode kernel only for
 decode tokens, FlashAttention's split-KV combine only when every sequence has one query token. Steps are cut
 per device after each sampling run (argmax / sampler kernels: the step's last work). A step without such
-evidence stays `unknown`."""
+evidence stays `unknown`. Where the trace records launch grids, a kernel whose grid rows are the batch's
+sequences counts them: a prefill kernel in a one-sequence step means no decode token beside the prompt."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class StepKernels:
     prefill: re.Pattern
     decode: re.Pattern
     decode_pass: re.Pattern
+    sequences: re.Pattern
 
 
 @lru_cache(maxsize=4)
@@ -40,8 +42,8 @@ def load_step_kernels(path: str | None = None) -> StepKernels:
 
     where = Path(path) if path else DEFAULT_PATH
     doc = yaml.safe_load(where.read_text())
-    if not isinstance(doc, dict) or set(doc) != {"prefill", "decode", "decode_pass"}:
-        raise ValueError(f"{where}: must map exactly prefill, decode and decode_pass to patterns")
+    if not isinstance(doc, dict) or set(doc) != {"prefill", "decode", "decode_pass", "sequences"}:
+        raise ValueError(f"{where}: must map exactly prefill, decode, decode_pass and sequences to patterns")
     try:
         return StepKernels(**{k: re.compile(v) for k, v in doc.items()})
     except (TypeError, re.error) as exc:
@@ -66,18 +68,22 @@ def cut_steps(devices: list, ts: list[int], operators: list[str]) -> list[int]:
 
 
 def step_phases(step_of: list[int], kernels: list[str], dur: list[int], operators: list[str],
-                patterns: StepKernels | None = None) -> dict[int, tuple[str, str]]:
-    """The phase and rule each step's kernels decide, for the steps they decide."""
+                patterns: StepKernels | None = None, grids: list | None = None) -> dict[int, tuple[str, str]]:
+    """The phase and rule each step's kernels decide, for the steps they decide; `grids` are the rows' launch
+    grids ([x, y, z] or None) where the trace has them."""
     patterns = patterns or load_step_kernels()
     seen: dict[int, dict] = {}
-    said: dict[str, tuple[bool, bool, bool]] = {}  # kernel name -> (prefill, decode, decode pass): names repeat
+    said: dict[str, tuple[bool, bool, bool, bool]] = {}  # kernel name -> (prefill, decode, pass, sequences)
     for i, s in enumerate(step_of):
-        e = seen.setdefault(s, {"prefill": False, "decode_ns": 0, "decode_n": 0, "pass": False, "attention": False})
+        e = seen.setdefault(s, {"prefill": False, "decode_ns": 0, "decode_n": 0, "pass": False, "attention": False,
+                                "sequences": set()})
         name = kernels[i] or ""
         says = said.get(name)
         if says is None:
             says = said[name] = (bool(patterns.prefill.search(name)), bool(patterns.decode.search(name)),
-                                 bool(patterns.decode_pass.search(name)))
+                                 bool(patterns.decode_pass.search(name)), bool(patterns.sequences.search(name)))
+        if says[3] and grids is not None and grids[i] is not None:
+            e["sequences"].add(grids[i][0])
         e["attention"] = e["attention"] or operators[i] in ATTENTION
         e["prefill"] = e["prefill"] or says[0]
         if says[1]:
@@ -89,7 +95,9 @@ def step_phases(step_of: list[int], kernels: list[str], dur: list[int], operator
     with_pass = any(e["pass"] for e in seen.values())
     out: dict[int, tuple[str, str]] = {}
     for s, e in seen.items():
-        if e["prefill"] and e["decode_n"]:
+        if e["prefill"] and e["sequences"] == {1}:
+            out[s] = ("prefill", "kernels:prefill_one_sequence")  # the one sequence is the prompt
+        elif e["prefill"] and e["decode_n"]:
             if reference is not None and e["decode_ns"] / e["decode_n"] < IDLE_DECODE_SHARE * reference:
                 out[s] = ("prefill", "kernels:prefill_idle_decode")
             elif reference is not None:

@@ -102,3 +102,19 @@ def test_fa3_steps_without_the_split_kv_combine_have_prompt_tokens():
     assert [got[s][0] for s in range(5)] == ["prefill", "decode", "decode", "prefill", "decode"]
     # the same attention with no combine anywhere in the trace: nothing tells its steps apart
     assert step_phases(*_steps(prefill, prefill)) == {}
+
+
+def test_a_prompt_alone_in_its_batch_is_prefill_whatever_its_decode_launch_costs():
+    # vLLM V1 on MI300X with one sequence (tests/fixtures/wild/vllm_v1_mi300x_tp4.json.gz): the idle ll4mi launch
+    # beside the prompt's prefix-prefill runs 4.7 µs against 5.9 µs on the decode steps, as a busy one would;
+    # its grid [sequences, partitions, KV heads] says the batch is the prompt alone.
+    busy = [(GEMM, 400_000, "gemm"), (ROCM_PREFIX_PREFILL, 300_000, "unified_attention"), (ROCM_DECODE, 80_000, "unified_attention")]
+    decode = [(GEMM, 60_000, "gemm"), (ROCM_DECODE, 90_000, "unified_attention")]
+    step_of, kernels, dur, ops = _steps(busy, *[decode] * 3)
+
+    def grids(sequences):
+        return [[sequences, 5, 2] if k in (ROCM_DECODE, ROCM_PREFIX_PREFILL) else None for k in kernels]
+
+    assert step_phases(step_of, kernels, dur, ops, grids=grids(1))[0] == ("prefill", "kernels:prefill_one_sequence")
+    assert step_phases(step_of, kernels, dur, ops, grids=grids(2))[0] == ("mixed", "kernels:prefill_and_decode")
+    assert step_phases(step_of, kernels, dur, ops)[0] == ("mixed", "kernels:prefill_and_decode")  # no grids recorded
