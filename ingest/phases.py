@@ -329,8 +329,8 @@ def assign_phases(
         return phase, rule
     kernels, dur = events["kernel"].to_list(), events["dur_ns"].to_list()
     step_of = cut_steps(events["device"].to_list(), events["ts_ns"].to_list(), operators)
-    grids = events["grid"].to_list() if "grid" in events.columns else None
-    by_kernels = step_phases(step_of, kernels, dur, operators, grids=grids)
+    grid_x = events["grid"].list.first().to_list() if "grid" in events.columns else None
+    by_kernels = step_phases(step_of, kernels, dur, operators, grid_x=grid_x)
     groups, full = _shape_groups(events, operators, undecided, step_of)
     for members in groups.values():
         seen = {phase_from_shape(operators[i], shapes[i]) for i in members if operators[i] in _ATTENTION}

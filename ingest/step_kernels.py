@@ -68,28 +68,11 @@ def cut_steps(devices: list, ts: list[int], operators: list[str]) -> list[int]:
 
 
 def step_phases(step_of: list[int], kernels: list[str], dur: list[int], operators: list[str],
-                patterns: StepKernels | None = None, grids: list | None = None) -> dict[int, tuple[str, str]]:
-    """The phase and rule each step's kernels decide, for the steps they decide; `grids` are the rows' launch
-    grids ([x, y, z] or None) where the trace has them."""
+                patterns: StepKernels | None = None, grid_x: list | None = None) -> dict[int, tuple[str, str]]:
+    """The phase and rule each step's kernels decide, for the steps they decide; `grid_x` is each row's launch
+    grid x (None where the trace gives no grid)."""
     patterns = patterns or load_step_kernels()
-    seen: dict[int, dict] = {}
-    said: dict[str, tuple[bool, bool, bool, bool]] = {}  # kernel name -> (prefill, decode, pass, sequences)
-    for i, s in enumerate(step_of):
-        e = seen.setdefault(s, {"prefill": False, "decode_ns": 0, "decode_n": 0, "pass": False, "attention": False,
-                                "sequences": set()})
-        name = kernels[i] or ""
-        says = said.get(name)
-        if says is None:
-            says = said[name] = (bool(patterns.prefill.search(name)), bool(patterns.decode.search(name)),
-                                 bool(patterns.decode_pass.search(name)), bool(patterns.sequences.search(name)))
-        if says[3] and grids is not None and grids[i] is not None:
-            e["sequences"].add(grids[i][0])
-        e["attention"] = e["attention"] or operators[i] in ATTENTION
-        e["prefill"] = e["prefill"] or says[0]
-        if says[1]:
-            e["decode_ns"] += dur[i]
-            e["decode_n"] += 1
-        e["pass"] = e["pass"] or says[2]
+    seen = _evidence(step_of, kernels, dur, operators, patterns, grid_x)
     decode_only = [e["decode_ns"] / e["decode_n"] for e in seen.values() if e["decode_n"] and not e["prefill"]]
     reference = median(decode_only) if decode_only else None
     with_pass = any(e["pass"] for e in seen.values())
@@ -110,3 +93,33 @@ def step_phases(step_of: list[int], kernels: list[str], dur: list[int], operator
             # the trace's decode steps run their attention with a split-KV combine; this one without
             out[s] = ("prefill", "kernels:no_decode_pass")
     return out
+
+
+def _says(patterns: StepKernels, name: str) -> tuple[bool, bool, bool, bool]:
+    """What a kernel name says: (prefill, decode, decode pass, counts sequences)."""
+    return (bool(patterns.prefill.search(name)), bool(patterns.decode.search(name)),
+            bool(patterns.decode_pass.search(name)), bool(patterns.sequences.search(name)))
+
+
+def _evidence(step_of: list[int], kernels: list[str], dur: list[int], operators: list[str], patterns: StepKernels,
+              grid_x: list | None) -> dict[int, dict]:
+    """Per step: whether a prefill kernel, a decode pass or attention ran, the decode kernels' ns and count, and
+    the sequence counts the grids give (benchmarks/phase_steps.py: a few tenths of a second on 156k rows)."""
+    seen: dict[int, dict] = {}
+    said: dict[str, tuple] = {}  # kernel name -> what it says: names repeat
+    for i, s in enumerate(step_of):
+        e = seen.setdefault(s, {"prefill": False, "decode_ns": 0, "decode_n": 0, "pass": False, "attention": False,
+                                "sequences": set()})
+        name = kernels[i] or ""
+        says = said.get(name)
+        if says is None:
+            says = said[name] = _says(patterns, name)
+        if says[3] and grid_x is not None and grid_x[i] is not None:
+            e["sequences"].add(grid_x[i])
+        e["attention"] = e["attention"] or operators[i] in ATTENTION
+        e["prefill"] = e["prefill"] or says[0]
+        if says[1]:
+            e["decode_ns"] += dur[i]
+            e["decode_n"] += 1
+        e["pass"] = e["pass"] or says[2]
+    return seen

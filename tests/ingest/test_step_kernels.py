@@ -112,9 +112,10 @@ def test_a_prompt_alone_in_its_batch_is_prefill_whatever_its_decode_launch_costs
     decode = [(GEMM, 60_000, "gemm"), (ROCM_DECODE, 90_000, "unified_attention")]
     step_of, kernels, dur, ops = _steps(busy, *[decode] * 3)
 
-    def grids(sequences):
-        return [[sequences, 5, 2] if k in (ROCM_DECODE, ROCM_PREFIX_PREFILL) else None for k in kernels]
+    def grid_x(sequences):  # grid [sequences, partitions, KV heads]; Triton's [batch, heads, query blocks]
+        return [sequences if k in (ROCM_DECODE, ROCM_PREFIX_PREFILL) else None for k in kernels]
 
-    assert step_phases(step_of, kernels, dur, ops, grids=grids(1))[0] == ("prefill", "kernels:prefill_one_sequence")
-    assert step_phases(step_of, kernels, dur, ops, grids=grids(2))[0] == ("mixed", "kernels:prefill_and_decode")
+    assert step_phases(step_of, kernels, dur, ops, grid_x=grid_x(1))[0] == ("prefill", "kernels:prefill_one_sequence")
+    assert step_phases(step_of, kernels, dur, ops, grid_x=grid_x(2))[0] == ("mixed", "kernels:prefill_and_decode")
     assert step_phases(step_of, kernels, dur, ops)[0] == ("mixed", "kernels:prefill_and_decode")  # no grids recorded
+
