@@ -12,32 +12,20 @@ Usage of the child (by the parent only): python -m kernels_eval.library.baseline
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import os
-import subprocess
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from catalogue.registry import spec as operator_spec
 from kernels_eval import registry
 from kernels_eval.harness.compare import compare_outputs, named_outputs
 from kernels_eval.harness.config import Problem
-from kernels_eval.harness.release_view import read_release_view
-from kernels_eval.harness.runner import _t_roofline, detect_hardware, new_run_id, release_identity, result_row
 from kernels_eval.harness.timing import quantiles
 from kernels_eval.harness.verdict import Verdict
 from kernels_eval.library.paths import NO_LIBRARY, library_options
-from kernels_eval.results_key import host_key, sign_row
-from kernels_eval.results_schema import next_run
-from kernels_eval.results_store import check_out, merge_rows
 
-LIBRARY = "library"  # the submission name of baseline rows
 NO_PATH = "none"  # `baseline` of a row whose operator has no library path
-MARK = "LIBRARY_VERDICT "
 ROTATION_BYTES = 2 << 30  # as the replay: input sets a timing rotates through take at most this much
 
 
@@ -179,104 +167,26 @@ def operator_verdicts(operator: str, problems: list[Problem], device: str, *, se
         try:
             verdict, path = judge(operator, p.init_kwargs, p.input_kwargs, device, sets=sets, time_it=True,
                                   budget_s=budget_s, max_calls=max_calls)
-        except Exception as exc:  # noqa: BLE001 - recorded; a dead CUDA context ends the child, the parent says so
+        except Exception as exc:  # noqa: BLE001 - recorded; a dead CUDA context ends the process after this row
             verdict, path = Verdict(error=f"evaluator error: {type(exc).__name__}: {exc}"[:2000]), NO_PATH
+            yield p, verdict, path
+            if not _context_alive():
+                raise ContextLost(f"the CUDA context died on {p.problem_id}") from exc
+            continue
         yield p, verdict, path
 
 
-# ---- the parent: rows, signatures, the results file -------------------------------------------------------------
-
-def baseline_row(base: dict, p: Problem, verdict: Verdict, path: str, t_roof: float | None, device: str) -> dict:
-    """One results row of a baseline verdict (the evaluator's result_row, with `baseline` naming the path)."""
-    row = result_row(base, p, verdict, base["file_sha256"], t_roof, device)
-    row["baseline"] = path
-    return row
+class ContextLost(RuntimeError):
+    """The CUDA context is unusable (an illegal address, say): nothing more can run in this process."""
 
 
-def run_baseline(out: str | Path, release_path: str | Path, device: str, *, ops: list[str] | None = None,
-                 problem_ids: list[str] | None = None, sets: int = 1, budget_s: float = 0.15, max_calls: int = 200,
-                 isolate: bool | None = None, child_timeout_s: float = 300.0, progress=None) -> list[dict]:
-    """The baseline rows of a release's problems (those of `ops` / `problem_ids` when given), signed with the host
-    key and merged into results file `out` after each operator, as one sealed run of submission LIBRARY."""
-    release = read_release_view(release_path)
-    out = Path(out)
-    check_out(out)
-    key = host_key()
-    hardware = detect_hardware(device, release.hardware_names)
-    roof = release.roofline(hardware)
-    chosen = [Problem(r) for r in sorted(release.problems, key=lambda r: (r["operator"], r["problem_id"]))
-              if (ops is None or r["operator"] in ops) and (problem_ids is None or r["problem_id"] in problem_ids)]
-    by_op: dict[str, list[Problem]] = {}
-    for p in chosen:
-        by_op.setdefault(p.operator, []).append(p)
-    base = {"submission": LIBRARY, "release": release.name, "run_id": new_run_id(),
-            "run": next_run(out, LIBRARY, hardware), "hardware": hardware, "device": device,
-            "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **release_identity(release),
-            "sandboxed": False, "memory_accounting": None, "file_sha256": library_sha256(), "run_sealed": True}
-    isolate = device == "cuda" if isolate is None else isolate
-    rows: list[dict] = []
-    for operator, problems in by_op.items():
-        if isolate:
-            found = _child_verdicts(operator, problems, release_path, device, sets, budget_s, max_calls,
-                                    child_timeout_s)
-        else:
-            found = operator_verdicts(operator, problems, device, sets=sets, budget_s=budget_s, max_calls=max_calls)
-        kept = []
-        for p, verdict, path in found:
-            row = sign_row(baseline_row(base, p, verdict, path, _t_roofline(roof, p, hardware), device), key)
-            kept.append(row)
-            if progress is not None:
-                progress(row)
-        merge_rows(kept, out, key=key)
-        rows += kept
-    return rows
+def _context_alive() -> bool:
+    import torch
 
-
-def _child_verdicts(operator: str, problems: list[Problem], release_path, device: str, sets: int, budget_s: float,
-                    max_calls: int, timeout_s: float):
-    """The verdicts of one operator from a child process; a problem it never reported (it crashed or ran out of
-    time) gets an evaluator-error verdict naming why."""
-    cmd = [sys.executable, "-m", "kernels_eval.library.baseline", "--child", operator, "--release", str(release_path),
-           "--device", device, "--sets", str(sets), "--budget-s", str(budget_s), "--max-calls", str(max_calls),
-           "--problems", ",".join(p.problem_id for p in problems)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        stdout, tail = done.stdout, f"exit {done.returncode}: " + " | ".join(done.stderr.strip().splitlines()[-2:])
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        tail = f"its child process ran past {timeout_s:.0f} s"
-    got = {}
-    for line in stdout.splitlines():
-        if line.startswith(MARK):
-            record = json.loads(line[len(MARK):])
-            got[record["problem_id"]] = (Verdict(**record["verdict"]), record["path"])
-    for p in problems:
-        verdict, path = got.get(p.problem_id) or (Verdict(error=f"evaluator error, not judged: {tail}"[:2000]),
-                                                  NO_PATH)
-        yield p, verdict, path
-
-
-def _child(args) -> int:
-    wanted = set(args.problems.split(","))
-    problems = [Problem(r) for r in read_release_view(args.release).problems if r["problem_id"] in wanted]
-    for p, verdict, path in operator_verdicts(args.child, problems, args.device, sets=args.sets,
-                                              budget_s=args.budget_s, max_calls=args.max_calls):
-        print(MARK + json.dumps({"problem_id": p.problem_id, "verdict": verdict.as_dict(), "path": path}),
-              flush=True)
-    return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="one operator's library verdicts (the baseline's child process)")
-    parser.add_argument("--child", required=True)
-    parser.add_argument("--release", required=True)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--problems", required=True)
-    parser.add_argument("--sets", type=int, default=1)
-    parser.add_argument("--budget-s", type=float, default=0.15)
-    parser.add_argument("--max-calls", type=int, default=200)
-    return _child(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False

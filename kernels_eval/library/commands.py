@@ -14,7 +14,8 @@ def run_baseline_command(args: argparse.Namespace) -> int:
     """Judge and time each problem of RELEASE through its library path; append the rows to --out as a run of
     submission `library`. Exit 2 for bad input."""
     from kernels_eval.harness.release_view import ReleaseViewError, read_release_view
-    from kernels_eval.library.baseline import NO_PATH, run_baseline
+    from kernels_eval.library.baseline import NO_PATH
+    from kernels_eval.library.record import run_baseline
     from kernels_eval.selection import SelectionError, select_problems
 
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
@@ -40,7 +41,7 @@ def run_baseline_command(args: argparse.Namespace) -> int:
     try:
         rows = run_baseline(args.out, args.release, device, ops=ops, problem_ids=problems, sets=args.sets,
                             budget_s=args.budget_s, isolate=None if not args.in_process else False,
-                            child_timeout_s=args.operator_timeout_s, progress=progress)
+                            problem_timeout_s=args.problem_timeout_s, progress=progress)
     except (OSError, ValueError) as exc:  # ResultsWriteError, the host key's errors: one line naming the file
         print(f"hotshape baseline: {exc}", file=sys.stderr)
         return 2
@@ -74,11 +75,11 @@ def register(subparsers) -> None:
     b.add_argument("--problems", help="comma-separated problem ids")
     b.add_argument("--sets", type=int, default=1, help="fresh input sets the library is checked on per problem")
     b.add_argument("--budget-s", type=float, default=0.15, help="timed seconds per problem (as the replay's)")
-    b.add_argument("--operator-timeout-s", type=float, default=300.0,
-                   help="cuda: seconds one operator's child process may take")
+    b.add_argument("--problem-timeout-s", type=float, default=180.0,
+                   help="cuda: seconds a problem may take before its child process is stopped")
     b.add_argument("--in-process", action="store_true",
-                   help="cuda: judge every operator in this process (default: a child process per operator, so a "
-                        "crash loses one operator)")
+                   help="cuda: judge every problem in this process (default: in a child process, started again "
+                        "after a crash, so a crash loses one problem)")
     b.add_argument("--progress", action="store_true", help="one line per problem on stderr")
     b.add_argument("--json", action="store_true", help="print the run's summary as JSON on stdout")
     b.set_defaults(func=run_baseline_command)

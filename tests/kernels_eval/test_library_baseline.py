@@ -18,9 +18,10 @@ import pytest
 from catalogue.registry import spec
 from catalogue.work import OPERATORS
 from kernels_eval.library import paths
-from kernels_eval.library.baseline import LIBRARY, NO_PATH, judge
+from kernels_eval.library.baseline import NO_PATH, judge
 from kernels_eval.library.line import library_scores, split_baseline, toward_roofline, versus_library
 from kernels_eval.library.option import Option
+from kernels_eval.library.record import LIBRARY
 from kernels_eval.results_schema import read_results
 from tests.conftest import REPO
 
@@ -204,3 +205,27 @@ def test_library_line_from_timed_rows(release):
     assert by_pid[pids[0]]["toward_roofline"] == pytest.approx((0.8 - 0.5) / 0.5)
     assert by_pid[pids[1]]["toward_roofline"] == pytest.approx((0.125 - 0.25) / 0.75)  # slower than the library
     assert by_pid[pids[1]]["t_library_s"] == pytest.approx(lib_t[pids[1]])
+
+
+def test_child_processes_judge_alike_and_a_stalled_child_costs_one_problem_each(release, tmp_path):
+    """The GPU's isolation, run on CPU: verdicts from a child equal the in-process ones; a child that reports
+    nothing in time is stopped, its problem recorded as an evaluator error, and a new child takes the rest."""
+    from kernels_eval.library.record import run_baseline
+
+    pids = sorted(r["problem_id"] for r in read_results_release(release) if r["operator"] == "silu_and_mul")[:2]
+    here = run_baseline(tmp_path / "a.parquet", release, "cpu", problem_ids=pids, isolate=False)
+    child = run_baseline(tmp_path / "b.parquet", release, "cpu", problem_ids=pids, isolate=True)
+    assert [(r["problem_id"], r["stage"], r["baseline"]) for r in here] == \
+           [(r["problem_id"], r["stage"], r["baseline"]) for r in child]
+    assert {r["stage"] for r in child} == {"done"}
+    stalled = run_baseline(tmp_path / "c.parquet", release, "cpu", problem_ids=pids, isolate=True,
+                           problem_timeout_s=0.01)
+    assert [r["problem_id"] for r in stalled] == pids
+    assert all(not r["compiled"] and "no verdict within" in r["error"] for r in stalled)
+    assert read_results(tmp_path / "c.parquet").num_rows == 2
+
+
+def read_results_release(release: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(release / "public" / "manifest.parquet").to_pylist()
