@@ -15,9 +15,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from ingest.pipeline import ingest_trace
+from ingest.classify import classify_events
+from ingest.pipeline import ingest_trace, read_events
 from tests.fixtures.cut_trace import GPU_CATS, load
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
@@ -111,6 +113,14 @@ def test_rotary_embedding_and_embedding_are_not_copies_or_collectives(trace):
     ops = events["operator"].to_list()
     assert {op for r, op in zip(truth, ops) if r["family"] == "rope"} == {"fused_qkv_rope"}
     assert {op for r, op in zip(truth, ops) if r["family"] == "embedding"} == {"embedding"}
+
+
+def test_a_cat_kernel_without_a_cache_write_after_it_stays_a_copy():
+    # the H100 cut with its KV-cache writes taken out: nothing then says its Inductor cat kernels are the rotation
+    events = read_events(H100)
+    out = classify_events(events.filter(~pl.col("kernel").str.contains("reshape_and_cache", literal=True)))
+    cats = out.filter(pl.col("kernel").str.contains(r"^triton_poi_fused_cat_\d+$"))
+    assert cats.height > 100 and set(cats["operator"]) == {"memcpy"} and set(cats["shape"]) == {"{}"}
 
 
 def _shares(rows: list[tuple[str, int]]) -> dict[str, float]:
