@@ -3,18 +3,17 @@ operator, from results rows that pass the same verification as `hotshape score`.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import polars as pl
 
 from kernels_eval.library.display import library_cell, library_summary
-from kernels_eval.report import STYLE
+from kernels_eval.report import TEMPLATES
 from kernels_eval.results_verify import ROW_KEY, check_results
 from kernels_eval.score_display import NOT_MEASURED, fmt, interval_text
 from kernels_eval.score_interval import not_separated
 from kernels_eval.scoring import score
-from kernels_eval.report import _png
+from weighting.pages import chart, figure, render
 
 
 def verified_rows(paths: list[str | Path], release, exclude_unverified: bool = False) -> tuple[pl.DataFrame, list[str]]:
@@ -109,61 +108,46 @@ def leaderboard_lines(entries: list[dict], library: list[dict] = ()) -> list[str
     return lines
 
 
-def leaderboard_plot(entries: list[dict]) -> str:
+def leaderboard_plot(entries: list[dict]):
     """S_agg of each entry in rank order as labelled bars (its interval as an error bar where it has one; of the
-    correct-and-native weight where nothing was timed), as an inline PNG; '' without entries."""
+    correct-and-native weight where nothing was timed), a Figure; None without entries."""
     if not entries:
-        return ""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+        return None
     names = [f"#{e['rank']} {e['submission']}@{e['hardware']}" for e in entries][::-1]
     timed = all(e["S_agg"] is not None for e in entries)
     values = [(e["S_agg"] if timed else e["rates"]["native"]["weighted"]) or 0.0 for e in entries][::-1]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(entries) + 1.4))
+    fig = figure(8, 0.4 * len(entries) + 1.4)
+    ax = fig.add_subplot()
     bars = ax.barh(names, values, color="#3b7dd8")
     for e, bar in zip(entries[::-1], bars):
         iv = e.get("S_agg_interval")
         if timed and iv:
             ax.plot([iv["lo"], iv["hi"]], [bar.get_y() + bar.get_height() / 2] * 2, color="#222", lw=1.5)
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {bar.get_width():.4f}", va="center", fontsize=8)
+    ax.bar_label(bars, labels=[f"{v:.4f}" for v in values], padding=3, fontsize=8)
     ax.set_xlabel("S_agg" if timed else f"weight correct and native (S_agg {NOT_MEASURED}: nothing was timed)")
+    ax.set_ylabel("rank, submission@hardware")
     ax.set_xlim(0, max(values + [1e-9]) * 1.25)
     ax.set_title("Leaderboard")
-    return _png(fig)
+    return fig
 
 
 def leaderboard_html(entries: list[dict], title: str, library: list[dict] = ()) -> str:
     """The ranking with its plot and the S_op matrix as one offline HTML page (the library line under the ranking and
     as the matrix's last column, never ranked)."""
-
-    def row(cells, tag="td"):
-        return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
-
     phases = list(entries[0]["S_agg_phase"]) if entries else []
-    ranking = [row(["#", "submission", "hardware", "S_agg", "interval", *(f"S_agg[{p}]" for p in phases),
-                    "correct (weighted)", "native (weighted)", "evaluated"], "th")]
-    for e in entries:
-        ranking.append(row([rank_text(e), e["submission"], e["hardware"],
-                            NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}",
-                            interval_text(e.get("S_agg_interval")),
-                            *(fmt(e["S_agg_phase"][p]) for p in phases), f"{e['rates']['correct']['weighted']:.1%}",
-                            f"{e['rates']['native']['weighted']:.1%}", f"{e['evaluated']}/{e['problems']}"]))
-    for lib in library:
-        ranking.append(row(["-", f"library: {library_summary(lib)}", lib["hardware"], fmt(lib["S_agg"])]))
-    matrix = []
-    if entries:
-        weights = entries[0]["W_op"]
-        matrix.append(row(["operator", "W_op", *(f"#{e['rank']} {e['submission']}" for e in entries),
-                           *(f"library@{lib['hardware']}" for lib in library)], "th"))
-        for op in sorted(weights, key=lambda op: (-weights[op], op)):
-            matrix.append(row([op, f"{weights[op]:.4f}", *(NOT_MEASURED if e["S_op"].get(op) is None
-                                                          else f"{e['S_op'][op]:.4f}" for e in entries),
-                               *(library_cell(lib, op) for lib in library)]))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<h2>Ranking</h2><table>{''.join(ranking)}</table>{leaderboard_plot(entries)}"
-            + "".join(f"<p class='note'>{html.escape(line)}</p>" for line in separation_note(entries)) +
-            f"<h2>S_op per operator</h2><table>{''.join(matrix)}</table></body></html>\n")
+    ranking = [[rank_text(e), e["submission"], e["hardware"], NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}",
+                interval_text(e.get("S_agg_interval")), *(fmt(e["S_agg_phase"][p]) for p in phases),
+                f"{e['rates']['correct']['weighted']:.1%}", f"{e['rates']['native']['weighted']:.1%}",
+                f"{e['evaluated']}/{e['problems']}"] for e in entries]
+    ranking += [["-", f"library: {library_summary(lib)}", lib["hardware"], fmt(lib["S_agg"])] for lib in library]
+    weights = entries[0]["W_op"] if entries else {}
+    matrix = [[op, f"{weights[op]:.4f}", *(NOT_MEASURED if e["S_op"].get(op) is None else f"{e['S_op'][op]:.4f}"
+                                           for e in entries), *(library_cell(lib, op) for lib in library)]
+              for op in sorted(weights, key=lambda op: (-weights[op], op))]
+    plot = leaderboard_plot(entries)
+    return render("leaderboard.html", TEMPLATES, title=title, ranking=ranking, matrix=matrix,
+                  ranking_header=["#", "submission", "hardware", "S_agg", "interval", *(f"S_agg[{p}]" for p in phases),
+                                  "correct (weighted)", "native (weighted)", "evaluated"],
+                  matrix_header=["operator", "W_op", *(f"#{e['rank']} {e['submission']}" for e in entries),
+                                 *(f"library@{lib['hardware']}" for lib in library)],
+                  plot=chart(plot) if plot is not None else None, notes=separation_note(entries))

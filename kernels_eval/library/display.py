@@ -3,8 +3,6 @@ rank) on the leaderboard. The figures come from kernels_eval/library/line.py."""
 
 from __future__ import annotations
 
-import html
-
 from kernels_eval.score_display import NOT_MEASURED, fmt
 
 TOWARD = "toward roofline"  # the column of f = (S_sub - S_lib) / (1 - S_lib)
@@ -72,35 +70,30 @@ def versus_lines(vs: dict, measured: bool, per_problem: bool = False) -> list[st
     return lines
 
 
-def _row(cells, tag: str = "td") -> str:
-    return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
-
-
-def versus_html(vs: dict, measured: bool) -> str:
-    """The score report's section: per operator and per problem, roofline, library and submission side by side."""
+def versus_section(vs: dict, measured: bool) -> dict:
+    """The score report's section (kernels_eval/templates/library.html `versus`): per operator and per problem,
+    roofline, library and submission side by side."""
     ops = sorted(vs["operators"].items(), key=lambda kv: (-kv[1]["W_op"], kv[0]))
-    op_rows = [_row(["operator", "W_op", "S_op", "S_op library", TOWARD, "library path"], "th")]
-    op_rows += [_row([op, f"{r['W_op']:.4f}", _s(r["S_op_submission"], measured), _s(r["S_op_library"], measured),
-                      _signed(r["toward_roofline"]), r["path"] or f"none: {r['why_none'] or 'no library path'}"])
-                for op, r in ops]
-    pr_rows = [_row(["problem", "operator", "weight", "T_roofline µs", "T_library µs", "T_submission µs", "S_library",
-                     "S_i", TOWARD], "th")]
-    pr_rows += [_row([p["problem_id"], p["operator"], f"{p['weight']:.5f}", _us(p["t_roofline_s"]),
+    return {
+        "coverage": f"{vs['coverage_weight']:.4f}", "submission": _s(vs["S_agg_submission_covered"], measured),
+        "library": _s(vs["S_agg_library"], measured), "toward": _signed(vs["toward_roofline"]),
+        "operator_header": ["operator", "W_op", "S_op", "S_op library", TOWARD, "library path"],
+        "operators": [[op, f"{r['W_op']:.4f}", _s(r["S_op_submission"], measured), _s(r["S_op_library"], measured),
+                       _signed(r["toward_roofline"]), r["path"] or f"none: {r['why_none'] or 'no library path'}"]
+                      for op, r in ops],
+        "problem_header": ["problem", "operator", "weight", "T_roofline µs", "T_library µs", "T_submission µs",
+                           "S_library", "S_i", TOWARD],
+        "problems": [[p["problem_id"], p["operator"], f"{p['weight']:.5f}", _us(p["t_roofline_s"]),
                       _us(p["t_library_s"]), _us(p["t_submission_s"]), fmt(p["S_library"]), fmt(p["S_submission"]),
-                      _signed(p["toward_roofline"])]) for p in vs["problems"]]
-    return (f"<h3>Against the library</h3><p>S_agg over the operators with a library path (coverage "
-            f"{vs['coverage_weight']:.4f} of the weight): submission {_s(vs['S_agg_submission_covered'], measured)}, "
-            f"library {_s(vs['S_agg_library'], measured)}; {TOWARD} from the library "
-            f"<b>{_signed(vs['toward_roofline'])}</b> (f = (S_sub − S_lib) / (1 − S_lib): 0 at the library, 1 at the "
-            f"roofline, negative when slower than the library).</p><table>{''.join(op_rows)}</table>"
-            f"<details><summary>per problem</summary><table>{''.join(pr_rows)}</table></details>")
+                      _signed(p["toward_roofline"])] for p in vs["problems"]],
+    }
 
 
-def library_html(library: dict) -> str:
-    """The library line as its own section (the report of results holding baseline rows)."""
+def library_section(library: dict) -> dict:
+    """The library line as its own section (kernels_eval/templates/library.html `library`), for results holding
+    baseline rows."""
     ops = sorted(library["W_op"], key=lambda op: (-library["W_op"][op], op))
-    rows = [_row(["operator", "W_op", "S_op library", "library path"], "th")]
-    rows += [_row([op, f"{library['W_op'][op]:.4f}", _s(library["S_op"][op], library["measured"]),
-                   library["path"].get(op) or f"none: {library['why_none'].get(op) or 'no library path'}"])
-             for op in ops]
-    return f"<h2>{html.escape(library_summary(library))}</h2><table>{''.join(rows)}</table>"
+    return {"summary": library_summary(library), "header": ["operator", "W_op", "S_op library", "library path"],
+            "rows": [[op, f"{library['W_op'][op]:.4f}", _s(library["S_op"][op], library["measured"]),
+                      library["path"].get(op) or f"none: {library['why_none'].get(op) or 'no library path'}"]
+                     for op in ops]}

@@ -6,7 +6,7 @@ from functools import cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SOURCE_SUFFIXES = (".py", ".yaml", ".json")
+SOURCE_SUFFIXES = (".py", ".yaml", ".json", ".html")  # .html: the pages' jinja2 templates
 
 
 @cache

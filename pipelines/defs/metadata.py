@@ -89,11 +89,6 @@ def png_markdown(png: bytes, title: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
-def svg_markdown(svg: str, title: str) -> dg.MetadataValue:
-    """An SVG plot embedded in markdown."""
-    return dg.MetadataValue.md(f"![{title}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})")
-
-
 def top_operators(frame: pl.DataFrame, time_col: str, limit: int = 10) -> pl.DataFrame:
     """Operators by total `time_col`, hottest first, with their share of the total."""
     total = frame[time_col].sum() or 1

@@ -8,7 +8,7 @@ import polars as pl
 from catalogue.vocabulary import ROW_PHASES
 from pipelines.defs.code_versions import code_version
 from pipelines.defs.lineage import column_lineage
-from pipelines.defs.metadata import column_schema, path_value, png_markdown, rounded, svg_markdown, table
+from pipelines.defs.metadata import column_schema, path_value, png_markdown, rounded, table
 from pipelines.defs.weighting import fleet_weights, sums_to_one, weight_sums
 from pipelines.resources import HotshapeStore
 from flow.build import build_release, fleet_secrets, load_mined, refresh_release
@@ -19,6 +19,7 @@ from release.sealing import leak_check, public_vocabulary, sealed_strings
 from release.weight_sets import read_context
 from weighting.drift import causes, compare
 from weighting.drift_report import bars_before_after, write_html
+from weighting.pages import png_bytes
 from weighting.fleet import load_fleet
 
 
@@ -79,8 +80,9 @@ def weight_drift(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg.
         "weights_version": v, "compared_with": f"v{v - 1}", **figures,
         "newly_hot": len(report.newly_hot), "newly_cold": len(report.newly_cold),
         "operator_movers": table(report.operators),
-        "operator_weights_before_after": svg_markdown(bars_before_after(
-            report.operators.head(15).select("operator", "weight_old", "weight_new").rows()), f"W_op v{v - 1} → v{v}"),
+        "operator_weights_before_after": png_markdown(png_bytes(bars_before_after(
+            report.operators.head(15).select("operator", "weight_old", "weight_new").rows(), f"v{v - 1}", f"v{v}")),
+            f"W_op v{v - 1} → v{v}"),
         # Movements beyond the new version's bootstrap intervals, as the release's drift JSON marks them.
         "beyond_interval": dg.MetadataValue.json(rounded(beyond or {})),
         "report": path_value(html),

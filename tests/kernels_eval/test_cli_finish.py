@@ -184,7 +184,7 @@ def test_score_report_is_self_contained_html_with_both_plots(release, honest_res
     assert s["S_agg"] == pytest.approx(sum(r["contribution"] or 0 for r in s["operators"].values()))
     assert s["operators"]["rms_norm"]["median_roofline_fraction"] > 0
     page = report.read_text()
-    assert page.count('src="data:image/png;base64,') == 2  # contribution per operator, roofline per problem
+    assert page.count('src="data:image/svg+xml;base64,') == 2  # contribution per operator, roofline per problem
     assert not re.search(r"(src|href)=\"(?!data:)", page) and "<table>" in page
 
 

@@ -103,7 +103,7 @@ def test_new_trace_file_is_ingested_and_the_refresh_schedule_makes_weights_v2(in
 
     page, labels = (store.drift_dir / "hotshape-v2.html").read_text(), shape_labels(rel.manifest)
     assert any(label.split(" ", 1)[1][:20] in page for label in labels.values())
-    assert meta["operator_weights_before_after"].startswith("![W_op v1 → v2](data:image/svg+xml;base64,")
+    assert meta["operator_weights_before_after"].startswith("![W_op v1 → v2](data:image/png;base64,")
 
 
 def test_rescore_schedule_and_new_weights_sensor_score_stored_results_without_evaluating(tmp_path):
