@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -67,20 +66,39 @@ def _has_colour(pixels: np.ndarray, hex_colour: str) -> bool:
     return bool(np.any(np.all(np.abs(pixels - rgb) < 0.02, axis=-1)))
 
 
-def test_report_renders_in_headless_chromium(report, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    page = write_html(report, tmp_path / "drift.html", "v1", "v2")
+def long_labels(report) -> dict[str, str]:
+    """Shape labels as long as the longest a release names (a paged-attention shape runs past 150 characters)."""
+    return {pid: f"{op} hidden_size=4096, token_count={i}, a_long_parameter_name=" + "x" * 80
+            for i, (pid, op) in enumerate(report.problems.select("problem_id", "operator").iter_rows())}
+
+
+def test_report_renders_in_headless_chromium_with_no_chart_clipped(report, tmp_path):
+    """Regression: the movers chart's hand-built SVG ran past a 1,400 px window. Each chart is measured where the
+    browser lays it out, at 1,400 and 700 px: inside its container and the window, decoded, not squashed."""
+    from tests.chromium import browser, clipped
+
+    page = write_html(report, tmp_path / "drift.html", "v1", "v2", labels=long_labels(report))
+    assert clipped(page) == []
     shot = tmp_path / "drift.png"
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    cmd = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri()]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     pixels = _png_pixels(shot)
     assert pixels.shape[:2] == (1400, 1000)
     ink = np.any(pixels < 0.9, axis=-1).mean()
     assert 0.02 < ink < 0.6, f"screenshot looks blank or broken ({ink:.3f} of pixels inked)"
-    assert _has_colour(pixels, NEW_COLOUR) and _has_colour(pixels, OLD_COLOUR)  # the SVG bars were drawn
+    assert _has_colour(pixels, NEW_COLOUR) and _has_colour(pixels, OLD_COLOUR)  # the bars were drawn
+
+
+def test_the_browser_check_sees_a_chart_run_past_its_container(report, tmp_path):
+    """Without the rule that scales charts to the page, the 1,083 px movers chart runs past a 700 px window: the
+    check above says so (it can fail)."""
+    from tests.chromium import clipped
+
+    page = tmp_path / "unscaled.html"
+    page.write_text(render_html(report, "v1", "v2", labels=long_labels(report)).replace("max-width:100%;", ""))
+    problems = clipped(page, widths=(700,))
+    assert any("Top movers" in p and "outside its box" in p for p in problems), problems
 
 
 def test_labels_are_shapes_in_full_wrapped_onto_lines(report):
@@ -88,8 +106,7 @@ def test_labels_are_shapes_in_full_wrapped_onto_lines(report):
     character widths. Now matplotlib draws each label whole, wrapped onto lines, and sizes the figure to them."""
     from weighting.drift_report import bars_movers
 
-    labels = {pid: f"{op} hidden_size=4096, token_count={i}, a_long_parameter_name=" + "x" * 80
-              for i, (pid, op) in enumerate(report.problems.select("problem_id", "operator").iter_rows())}
+    labels = long_labels(report)
     causes = {report.problems["problem_id"][0]: "deployment d (alone +3.00 pt): card-hours 10 → 40"}
     movers = [(labels[p], d) for p, d in report.problems.head(15).select("problem_id", "delta").iter_rows()]
     fig = bars_movers(movers)
