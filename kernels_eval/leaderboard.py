@@ -82,7 +82,7 @@ def leaderboard_lines(entries: list[dict], library: list[dict] = ()) -> list[str
     for e in entries:
         agg = NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}"
         lines.append(f"{rank_text(e):>3}  {e['submission'] + '@' + e['hardware']:<{name}}  {agg:>12}  "
-                     f"{interval_text(e.get('S_agg_interval')):>20}  "
+                     f"{interval_text(e.get('S_agg_interval'), e['S_agg'] is not None):>20}  "
                      + "  ".join(f"{fmt(e['S_agg_phase'][p]):>9}" for p in phases)
                      + f"  {e['rates']['correct']['weighted']:>11.1%}  {e['rates']['native']['weighted']:>10.1%}"
                      f"  {e['evaluated']:>4}/{e['problems']:<4}")
@@ -123,9 +123,13 @@ def leaderboard_plot(entries: list[dict]):
         iv = e.get("S_agg_interval")
         if timed and iv:
             ax.plot([iv["lo"], iv["hi"]], [bar.get_y() + bar.get_height() / 2] * 2, color="#222", lw=1.5)
-    ax.bar_label(bars, labels=[f"{v:.4f}" for v in values], padding=3, fontsize=8)
-    ax.set_xlabel("S_agg" if timed else f"weight correct and native (S_agg {NOT_MEASURED}: nothing was timed)")
-    ax.set_ylabel("rank, submission@hardware")
+    ax.bar_label(bars, labels=[f"{v:.4f}" if timed else f"{v:.1%}" for v in values], padding=3, fontsize=8)
+    ax.set_xlabel("S_agg" if timed else f"share of the weight correct and native (S_agg {NOT_MEASURED}: nothing was timed)")
+    ax.set_ylabel("entry")
+    if not timed:
+        from matplotlib.ticker import PercentFormatter
+
+        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlim(0, max(values + [1e-9]) * 1.25)
     ax.set_title("Leaderboard")
     return fig
@@ -136,7 +140,7 @@ def leaderboard_html(entries: list[dict], title: str, library: list[dict] = ()) 
     as the matrix's last column, never ranked)."""
     phases = list(entries[0]["S_agg_phase"]) if entries else []
     ranking = [[rank_text(e), e["submission"], e["hardware"], NOT_MEASURED if e["S_agg"] is None else f"{e['S_agg']:.4f}",
-                interval_text(e.get("S_agg_interval")), *(fmt(e["S_agg_phase"][p]) for p in phases),
+                interval_text(e.get("S_agg_interval"), e["S_agg"] is not None), *(fmt(e["S_agg_phase"][p]) for p in phases),
                 f"{e['rates']['correct']['weighted']:.1%}", f"{e['rates']['native']['weighted']:.1%}",
                 f"{e['evaluated']}/{e['problems']}"] for e in entries]
     ranking += [["-", f"library: {library_summary(lib)}", lib["hardware"], fmt(lib["S_agg"])] for lib in library]

@@ -91,7 +91,7 @@ def score_report(scores: list[dict], per_problem: pl.DataFrame, title: str, libr
         roofline = roofline_plot(per_problem, s)
         sections.append({
             "score": s, "S_agg": NOT_MEASURED if s["S_agg"] is None else f"{s['S_agg']:.4f}",
-            "interval": interval_text(s.get("S_agg_interval")),
+            "interval": interval_text(s.get("S_agg_interval"), s["S_agg"] is not None),
             "correct": f"{s['rates']['correct']['weighted']:.1%}", "native": f"{s['rates']['native']['weighted']:.1%}",
             "rows": operator_rows(s), "contribution": chart(contribution_plot(s)),
             "roofline": chart(roofline) if roofline is not None else None,

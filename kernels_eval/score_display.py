@@ -10,8 +10,11 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def interval_text(interval: dict | None) -> str:
-    """'[lo, hi] over N' of an S_agg interval (score_interval.py), or 'one timing' without one."""
+def interval_text(interval: dict | None, timed: bool = True) -> str:
+    """'[lo, hi] xN' of an S_agg interval (score_interval.py), 'one timing' without one, 'nothing timed' for a
+    score of a run that timed nothing (a CPU run)."""
+    if not timed:
+        return "nothing timed"
     if not interval:
         return "one timing"
     return f"[{interval['lo']:.4f}, {interval['hi']:.4f}] x{interval['repeats']}"
@@ -40,7 +43,7 @@ def score_lines(s: dict) -> list[str]:
     lines = [f"{s['submission']} on {s['hardware']} (weights {s['weights_version']}, "
              f"{s['evaluated']}/{s['problems']} problems evaluated"
              f"{'' if s['performance_measured'] else ', performance not measured'})",
-             f"  S_agg {agg} (interval {interval_text(s.get('S_agg_interval'))})   per-problem weighted {fmt(s['S_problem_weighted'])}   "
+             f"  S_agg {agg} (interval {interval_text(s.get('S_agg_interval'), s['S_agg'] is not None)})   per-problem weighted {fmt(s['S_problem_weighted'])}   "
              + "  ".join(f"S_agg[{p}] {fmt(v)}" for p, v in s["S_agg_phase"].items()),
              "  rates (unweighted / weighted): " + ", ".join(
                  f"{k} {fmt(v['unweighted'])} / {fmt(v['weighted'])}" for k, v in s["rates"].items())]
