@@ -24,6 +24,14 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
+DESCRIPTION = ("Mine GPU profiler traces into a weighted kernel benchmark (a release), and evaluate and score\n"
+               "candidate Triton kernels against it.")
+EPILOG = """start here:
+  hotshape run-pipeline          the main job on the bundled examples (traces -> release -> scores)
+  hotshape check FILE --op OP    compile and check one kernel file on its operator's smoke shapes
+  hotshape COMMAND --help        what one command does and its options"""
+
+
 def package_version() -> str:
     """The installed hotshape distribution's version (from its metadata)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -48,7 +56,8 @@ class _VersionAction(argparse.Action):
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser with every sub-command that is installed; given the command line `argv`, only
     the command modules up to the one registering the sub-command it names are imported."""
-    parser = argparse.ArgumentParser(prog="hotshape", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hotshape", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -63,6 +72,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         module.register(subparsers)
         if wanted in subparsers.choices:
             break
+    for choice in subparsers._choices_actions:  # `hotshape X --help` opens with what X does, as the list says
+        command = subparsers.choices[choice.dest]
+        if not command.description:
+            command.description = choice.help[:1].upper() + choice.help[1:] + "."
     return parser
 
 

@@ -53,3 +53,14 @@ def test_capture_has_json_and_says_in_one_line_why_it_cannot_run(tmp_path, capsy
             "cuda_graph": True, "compile": False, "device_name": "NVIDIA H200"}
     assert summary_line(info) == ("t.json.gz: llama3-8b (2 layers), batch 8, prompt 512 tokens, 8 decode steps, "
                                   "CUDA graph on NVIDIA H200")
+
+
+def test_every_command_says_what_it_does_and_the_top_level_says_where_to_start():
+    """A new user's `hotshape eval --help` opened on the options with no word on what eval does (only drift had a
+    description), and `hotshape --help` described the code's layout, not where to start."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert [name for name, sub in commands.items() if not (sub.description or "").strip()] == []
+    assert commands["eval"].format_help().split("\n\n")[1].startswith("Evaluate a submission directory")
+    top = parser.format_help()
+    assert "hotshape run-pipeline" in top and "the main job on the bundled examples" in top and "sub-command" not in top

@@ -93,8 +93,8 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, monk
     assert main(ARGS) == 0
     out = capsys.readouterr().out
     assert "already ingested  llama3-8b-compiled/eager.json.gz" in out
-    assert "release: out/releases/hotshape (weights v1)" in out
-    assert re.search(r"scores:  out/scores/honest/hotshape-v1\.json  \(honest: S_agg\[cpu\] n/a, correct on "
+    assert "release: out/releases/hotshape (weights v1)" in out and "weights: unchanged since v1" in out
+    assert re.search(r"scores:  out/scores/honest/hotshape-v1\.json  \(honest: S_agg\[cpu\] not measured, correct on "
                      r"\d+\.\d% of the weight; performance not measured \(S_i needs GPU timing\)\)", out)
 
 
@@ -160,11 +160,12 @@ def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report
              " traces: ['llama3-8b/*.json.gz']}\n")
     (project / "fleet.yaml").write_text(fleet.replace("CH", "100"))
     assert main(args) == 0
-    assert main(args) == 0  # nothing changed: still v1
-    assert "weights v1" in capsys.readouterr().out
+    assert main(args) == 0  # nothing changed: still v1, and the run says how to get new weights
+    assert "weights: unchanged since v1 (no new trace, fleet.yaml as before); add traces or edit card-hours" in (
+        capsys.readouterr().out)
     (project / "fleet.yaml").write_text(fleet.replace("CH", "46080"))
     assert main(args) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "fleet.yaml changed since the latest weights" in out and "release: out/releases/hotshape (weights v2)" in out
     drift = project / "out" / "drift" / "hotshape-v2.html"
     assert "drift:   out/drift/hotshape-v2.html" in out and drift.is_file()
@@ -174,6 +175,11 @@ def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report
     assert rel.versions == [1, 2]
     # the chat deployment's card-hours grew 460x: its traces' operators gain weight, and the report says so
     assert rel.drift(2)["total_variation"] > 0.01
+    # moves beyond the bootstrap intervals are a WARN check: a warning line, never "check failed"
+    beyond = rel.drift(2)["beyond_interval"]
+    assert "check failed" not in err
+    assert ("warning: check weight_drift:moves_within_intervals did not pass" in err) == bool(
+        beyond["problems"] or beyond["operators"])
     instance = dg.DagsterInstance.from_config(str(project / ".dagster_home"))
     try:
         observed = instance.get_latest_data_version_record(dg.AssetKey("fleet_file"))
