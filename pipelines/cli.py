@@ -76,6 +76,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         command = subparsers.choices[choice.dest]
         if not command.description:
             command.description = choice.help[:1].upper() + choice.help[1:] + "."
+        for action in command._actions:  # and each option with a value says what it is when not given
+            if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+                    and "default" not in (action.help or "")):
+                action.help = f"{action.help} (default: %(default)s)"
     return parser
 
 

@@ -62,5 +62,10 @@ def test_every_command_says_what_it_does_and_the_top_level_says_where_to_start()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert [name for name, sub in commands.items() if not (sub.description or "").strip()] == []
     assert commands["eval"].format_help().split("\n\n")[1].startswith("Evaluate a submission directory")
+    # an option that takes a value says what it is when not given (eval --sets said nothing of its 3)
+    unsaid = [f"{name} {a.option_strings[-1]}" for name, sub in commands.items() for a in sub._actions
+              if a.option_strings and a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help]
+    assert unsaid == [] and "fresh random input sets per problem (default: 3)" in " ".join(
+        commands["eval"].format_help().split())
     top = parser.format_help()
     assert "hotshape run-pipeline" in top and "the main job on the bundled examples" in top and "sub-command" not in top
