@@ -32,6 +32,9 @@ def _split(out: pl.DataFrame) -> dict[str, float]:
     (f"{INFERENCE}/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "prefill"),
     # ... and a DECODE step (a FULL HIP graph, aligned with its capture trace) AITER's paged decode.
     (f"{INFERENCE}/sglang_decode/sglang_Qwen3-8B_decode.json.gz", "decode"),
+    # vLLM V1 eager on B200 (one request's 888-token prompt): TRT-LLM's Blackwell FMHA context kernel
+    # (fmhaSm100aKernel_...PersistentContext) under vllm::unified_attention_with_output, no shape naming sequences.
+    ("tracelens/b200/eager_trace.json.gz", "prefill"),
 ])
 def test_a_step_without_annotation_is_what_its_kernels_say(public_traces, rel, phase):
     events = read_events(public_traces / rel)
