@@ -233,6 +233,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from kernels_eval.harness.sandbox import check_bwrap
     from pipelines.progress import AssetProgress
     from pipelines.resources import HotshapeStore
+    from pipelines.sqlite_files import held
 
     store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
                           device=args.device)
@@ -244,9 +245,6 @@ def run_pipeline(args: argparse.Namespace) -> int:
     home = dagster_home(args.dagster_home)
     for variable, value in EVENT_SETTINGS.items():
         os.environ.setdefault(variable, value)
-    instance = dg.DagsterInstance.from_config(str(home))
-    # one held connection per storage instead of one per event (what the webserver does); sqlite has none to hold
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
     # on stderr (a terminal, or --progress), so a long refresh is not silent: each asset as it materialises
     # (from the run's event stream), then each run's line as it ends
     show = args.progress or sys.stderr.isatty()
@@ -254,10 +252,16 @@ def run_pipeline(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     on_run = (lambda result, key: say(progress_line(result, key))) if show else None
-    try:
-        summary = materialize_all(store, instance, on_run, AssetProgress(say) if show else None)
-    finally:
-        instance.dispose()
+    # a sqlite instance's files stay open between Dagster's connections, which commit without a sync each
+    # (pipelines/sqlite_files.py); a Postgres instance is untouched
+    with held(home):
+        instance = dg.DagsterInstance.from_config(str(home))
+        # one held connection per storage instead of one per event (what the webserver does); none on sqlite
+        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+        try:
+            summary = materialize_all(store, instance, on_run, AssetProgress(say) if show else None)
+        finally:
+            instance.dispose()
     summary["dagster_home"] = str(home)
     failed = [k for k, ok in summary["checks"].items() if not ok]
     ok = "release" in summary and "error" not in summary and all(t["status"] != "failed" for t in summary["traces"])

@@ -13,7 +13,7 @@ import polars as pl
 import ingest.schema as ingest_schema
 from pipelines.defs.code_versions import code_version
 from pipelines.defs.lineage import column_lineage
-from pipelines.defs.metadata import add_partition_metadata, column_schema, path_value, rounded, table, top_operators
+from pipelines.defs.metadata import add_partition_metadata, column_schema, markdown_table, path_value, rounded, top_operators
 from pipelines.partitions import trace_files
 from pipelines.resources import HotshapeStore
 
@@ -34,7 +34,7 @@ def events_figures(store: HotshapeStore, summary, parsed: bool) -> dict:
         "gpu_ms": summary.gpu_ns / 1e6,
         "attributed_share": summary.attributed_ns / summary.gpu_ns if summary.gpu_ns else 0.0,
         "kernels": summary.kernels,
-        "by_attribution": table(by_attribution),
+        "by_attribution": markdown_table(by_attribution),
         "path": path_value(store.kernel_events_file(summary.trace_id)),
     })
 
@@ -91,7 +91,7 @@ def op_shape_time(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
         top = top_operators(part, "gpu_ns").with_columns((pl.col("gpu_ns") / 1e6).alias("gpu_ms")).drop("gpu_ns")
         by_partition[key] = {
             "dagster/row_count": part.height, "trace_id": trace_id, "operators": part["operator"].n_unique(),
-            "top_operators": table(top.select("operator", "gpu_ms", "share")),
+            "top_operators": markdown_table(top.select("operator", "gpu_ms", "share")),
             "path": path_value(traces.file("op_shape_time", trace_id))}
         if len(keys) == 1:
             return dg.MaterializeResult(metadata=by_partition[key])
