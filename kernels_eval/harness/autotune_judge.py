@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 import time
 from pathlib import Path
 
@@ -50,11 +51,17 @@ class AutotuneSteps:
             # timing phase that otherwise runs no candidate process (14 of the Triton reference's 31 files)
             return protocol.Record(kernels=[], budget=budget, **keys)
         self._ensure_init(init_kwargs)
+        # every configuration is timed on the same two fresh input sets, whose reference is computed once
+        seeds, expected = [secrets.randbits(62) for _ in range(2)], {}
 
-        def replay(program: Recorded):
-            outcome = self.replayer.reproduce(self.operator, self.spec,
-                                              lambda seed: self._expected(model, input_kwargs, seed), input_kwargs,
-                                              [program], self.state, time_seeds=2)  # the recording worker's
+        def reference(seed: int):
+            if seed not in expected:
+                expected[seed] = self._expected(model, input_kwargs, seed)
+            return expected[seed]
+
+        def replay(program: Recorded, first: bool):
+            outcome = self.replayer.reproduce(self.operator, self.spec, reference, input_kwargs, [program], self.state,
+                                              time_seeds=2, timing_seeds=seeds, check=first)  # the recording worker's
             if not outcome.native or outcome.timed_wrong or not outcome.times_s:
                 return None
             return outcome.times_s, outcome.kernel_us
@@ -64,9 +71,11 @@ class AutotuneSteps:
             self.replayer.config, timing_budget_s=budget.budget_s, timing_max_calls=budget.max_calls)
         try:
             record = sweep(lambda: self._request({"cmd": "sweep", "input_kwargs": input_kwargs, "pins": {}}),
-                           lambda pins: self._record_program(model, shape, pins), replay, budget, **keys)
+                           lambda pins: self._record_program(model, shape, pins), replay, budget, choices=store,
+                           **keys)
         finally:
             self.replayer.config = kept
+            expected.clear()
         store.save(record)
         self._clock("autotune", began)
         return record

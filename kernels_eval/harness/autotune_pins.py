@@ -4,8 +4,10 @@ tuned: the worker's half of the evaluator's autotuning protocol (autotune_protoc
 `install()` wraps `Autotuner.run` (before the worker takes its guarded functions (harness/guarded.py), so the wrapper is the
 identity a candidate may not replace). The wrapper gives each autotuner a `PinnedCache` in place of its `cache`
 dict: for a (kernel, key) in `PINS` it answers with the pinned configuration, so Triton runs it and benchmarks
-nothing; with `Watch.active` it notes each (kernel, key) a call reaches, the configurations the autotuner's own
-pruning keeps for it (indices into its `configs`) and the one that ran. Keys are Triton's tuning keys (the
+nothing; with `Watch.active` (the protocol's discovery call) it notes each (kernel, key) a call reaches, the
+configurations the autotuner's own pruning keeps for it (indices into its `configs`) and the one that ran, and
+answers a key it has not decided with the first configuration the pruning keeps, so that the discovery call
+benchmarks nothing (the protocol times every configuration anyway). Keys are Triton's tuning keys (the
 autotuner's `key` arguments, then each tensor argument's dtype), written with repr().
 
 Nothing here is believed by the parent: the parent times what ran (the records between its markers) and the
@@ -68,17 +70,25 @@ class PinnedCache(dict):
         return self.tuner.configs[index]
 
     def __contains__(self, key) -> bool:
-        return self._pinned(key) is not None or dict.__contains__(self, key)
+        # watching (the protocol's discovery call), every key is answered here: Triton benchmarks nothing
+        return Watch.active or self._pinned(key) is not None or dict.__contains__(self, key)
 
     def __getitem__(self, key):
         config = self._pinned(key)
-        if config is None:
+        pruned = None
+        if config is None and Watch.active and not dict.__contains__(self, key):
+            # not decided in this process: the first configuration its pruning keeps runs, untimed
+            configs = self.tuner.configs
+            pruned = self.tuner.prune_configs(self.kwargs) if len(configs) > 1 else configs
+            config = pruned[0]
+        elif config is None:
             config = dict.__getitem__(self, key)
         if Watch.active:
             text = repr(key)
             if not any(t["kernel"] == self.kernel and t["key"] == text for t in Watch.tuned):
                 configs = self.tuner.configs
-                pruned = self.tuner.prune_configs(self.kwargs) if len(configs) > 1 else configs
+                if pruned is None:
+                    pruned = self.tuner.prune_configs(self.kwargs) if len(configs) > 1 else configs
                 Watch.tuned.append({"kernel": self.kernel, "key": text,
                                     "indices": [_index(configs, c) for c in pruned],
                                     "configs": [str(c) for c in pruned], "used": _index(configs, config)})

@@ -25,6 +25,7 @@ a configuration in the worker).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -33,7 +34,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: one choice per (kernel, tuning key) shared by the problems that reach it; drop_above
 
 
 class ProtocolError(ValueError):
@@ -42,9 +43,11 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """What each configuration is timed with: `rounds` rounds, each a timing loop (timing.time_calls) of
-    `budget_s` seconds of settling and of measuring, at least `min_calls` and at most `max_calls` calls, after
-    `warmup_s` of keeping the device busy; `noise_band` is the choice rule's tie band (relative)."""
+    """What each configuration is timed with: `rounds` rounds, each a replayed timing (replay.time_program) sized
+    to `budget_s` seconds, at least `min_calls` and at most `max_calls` calls; `noise_band` is the choice rule's
+    tie band (relative); after the first round a configuration slower than that round's fastest by more than
+    `drop_above` (relative) is timed no more and not eligible (`survivors`), and a kernel with one survivor is
+    decided after one round."""
 
     rounds: int = 3
     budget_s: float = 0.02
@@ -52,13 +55,16 @@ class Budget:
     max_calls: int = 50
     warmup_s: float = 0.01
     noise_band: float = 0.02
+    drop_above: float = 0.25
 
     def __post_init__(self) -> None:
         if self.rounds < 1 or self.min_calls < 1 or self.max_calls < self.min_calls:
             raise ProtocolError(f"autotuning budget: rounds and calls must be positive and min_calls <= max_calls "
                                 f"({self})")
-        if not (0 <= self.noise_band < 1) or self.budget_s <= 0 or self.warmup_s < 0:
-            raise ProtocolError(f"autotuning budget: noise_band in [0, 1), budget_s > 0, warmup_s >= 0 ({self})")
+        if not (0 <= self.noise_band < 1) or self.budget_s <= 0 or self.warmup_s < 0 \
+                or self.drop_above < self.noise_band:
+            raise ProtocolError(f"autotuning budget: noise_band in [0, 1), budget_s > 0, warmup_s >= 0, "
+                                f"drop_above >= noise_band ({self})")
 
     def seconds(self, configs: int, call_s: float = 0.0, overhead_s: float = 0.005) -> float:
         """Upper estimate of the device seconds of sweeping `configs` configurations of one kernel whose call takes
@@ -86,6 +92,8 @@ class KernelChoice:
     figure_s: dict[int, float] = field(default_factory=dict)
     chosen: int | None = None
     measure: str = "kernel"  # "kernel": the kernel's own records; "span": the whole call's span
+    dropped: list[int] = field(default_factory=list)  # left the sweep after the first round (`survivors`)
+    decided_by: str | None = None  # the problem whose sweep decided this (kernel, key); None: this problem's
 
     @property
     def chosen_config(self) -> str | None:
@@ -144,10 +152,24 @@ def choose(indices: list[int], rounds_s: dict[int, list[float]], noise_band: flo
     return chosen, figures
 
 
-def decide(kernel: KernelChoice, noise_band: float) -> KernelChoice:
-    """`kernel` with its figures and choice filled from its rounds (in place); see `choose`."""
+def survivors(indices: list[int], first_round: dict[int, float], drop_above: float) -> list[int]:
+    """The indices (in `indices` order) timed after the first round: those measured in it (a positive time) and
+    within `drop_above` (relative) of its fastest. A configuration dropped here cannot be chosen: the full rule
+    would need it to come within the noise band of the fastest, i.e. to gain more than `drop_above` - noise band
+    in two rounds."""
+    measured = {i: t for i, t in first_round.items() if i in indices and t > 0}
+    if not measured:
+        return []
+    fastest = min(measured.values())
+    return [i for i in indices if i in measured and measured[i] <= fastest * (1 + drop_above)]
+
+
+def decide(kernel: KernelChoice, noise_band: float, eligible: list[int] | None = None) -> KernelChoice:
+    """`kernel` with its figures and choice filled from its rounds (in place), among `eligible` (default: every
+    index, in the autotuner's order); see `choose`."""
     try:
-        kernel.chosen, kernel.figure_s = choose(kernel.indices, kernel.rounds_s, noise_band)
+        kernel.chosen, kernel.figure_s = choose(kernel.indices if eligible is None else eligible, kernel.rounds_s,
+                                                noise_band)
     except ProtocolError as exc:
         raise ProtocolError(f"kernel {kernel.kernel} at key {kernel.key}: {exc}") from None
     return kernel
@@ -181,7 +203,8 @@ def parse_record(text: str, where: str = "autotuning record") -> Record:
                 kernel=str(k["kernel"]), key=str(k["key"]), indices=indices, configs=configs,
                 rounds_s={int(i): [float(t) for t in v] for i, v in k["rounds_s"].items()},
                 figure_s={int(i): float(v) for i, v in k["figure_s"].items()}, chosen=chosen,
-                measure=str(k.get("measure", "kernel"))))
+                measure=str(k.get("measure", "kernel")), dropped=[int(i) for i in k.get("dropped", [])],
+                decided_by=None if k.get("decided_by") is None else str(k["decided_by"])))
         return Record(file_sha256=str(data["file_sha256"]), problem_id=str(data["problem_id"]),
                       hardware=str(data["hardware"]), triton=str(data["triton"]), kernels=kernels,
                       budget=Budget(**data["budget"]), sweep_s=float(data["sweep_s"]))
@@ -223,6 +246,8 @@ class ChoiceStore:
             return None
         except (OSError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"{path}: unreadable autotuning record ({exc})") from None
+        if _older(text):
+            return None  # kept by an earlier protocol: decided again, and replaced
         record = parse_record(text, str(path))
         if (record.triton, record.file_sha256, record.hardware, record.problem_id) != (
                 triton, file_sha256, hardware, problem_id):
@@ -232,16 +257,66 @@ class ChoiceStore:
     def save(self, record: Record) -> Path:
         """Write `record` (temporary file, then rename over the old one); its path."""
         path = self.path(record.triton, record.file_sha256, record.hardware, record.problem_id)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(record.as_json())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write(path, record.as_json())
         return path
+
+    def key_path(self, triton: str, file_sha256: str, hardware: str, kernel: str, key: str) -> Path:
+        """Where the choice for one (kernel, tuning key) of a file is kept: beside the file's problem records,
+        named by the kernel and a digest of the key (a key is Triton's repr() of its values)."""
+        digest = hashlib.sha256(f"{kernel}\0{key}".encode()).hexdigest()[:16]
+        name = re.sub(r"[^A-Za-z0-9_]", "_", kernel)[:64] or "kernel"
+        return self.path(triton, file_sha256, hardware, "x").parent / "keys" / f"{name}-{digest}.json"
+
+    def load_choice(self, triton: str, file_sha256: str, hardware: str, kernel: str, key: str) -> KernelChoice | None:
+        """The kept choice for (kernel, key), with `decided_by` naming the problem whose sweep made it; None when
+        there is none (or an earlier protocol kept it); a ProtocolError naming the file when it does not read or
+        was kept for another file, hardware, kernel or key."""
+        path = self.key_path(triton, file_sha256, hardware, kernel, key)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{path}: unreadable autotuning choice ({exc})") from None
+        if _older(text):
+            return None
+        record = parse_record(text, str(path))
+        if (record.triton, record.file_sha256, record.hardware) != (triton, file_sha256, hardware) \
+                or len(record.kernels) != 1 or (record.kernels[0].kernel, record.kernels[0].key) != (kernel, key) \
+                or record.kernels[0].chosen is None:
+            raise ProtocolError(f"{path}: the choice inside is for another file, hardware, kernel or key")
+        choice = record.kernels[0]
+        choice.decided_by = record.problem_id
+        return choice
+
+    def save_choice(self, record: Record, choice: KernelChoice) -> Path:
+        """Keep `choice`, decided by `record`'s problem, for every problem of the file that reaches its key."""
+        path = self.key_path(record.triton, record.file_sha256, record.hardware, choice.kernel, choice.key)
+        _write(path, Record(file_sha256=record.file_sha256, problem_id=record.problem_id, hardware=record.hardware,
+                            triton=record.triton, kernels=[choice], budget=record.budget).as_json())
+        return path
+
+
+def _older(text: str) -> bool:
+    """Whether a kept file was written by an earlier protocol version (a valid JSON object with a smaller one)."""
+    try:
+        version = json.loads(text).get("protocol")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(version, int) and version < PROTOCOL_VERSION
+
+
+def _write(path: Path, text: str) -> None:
+    """`text` to `path` atomically (a temporary file in its directory, then renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def default_root() -> Path:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from kernels_eval.harness.autotune_protocol import Budget, KernelChoice, ProtocolError, Record, decide
+from kernels_eval.harness.autotune_protocol import (Budget, ChoiceStore, KernelChoice, ProtocolError, Record,
+                                                      decide, survivors)
 
 MAX_KERNELS = 32  # autotuned (kernel, key) pairs one call may tune
 MAX_CONFIGS = 512  # configurations one kernel may offer at a key
@@ -58,43 +59,70 @@ def tuned_kernels(reply: dict) -> list[KernelChoice]:
 
 
 def sweep(discover, record, replay, budget: Budget, *, file_sha256: str, problem_id: str, hardware: str,
-          triton: str) -> Record:
+          triton: str, choices: ChoiceStore | None = None) -> Record:
     """The protocol's Record for one problem. `discover()` is the worker's discovery reply; `record(pins)` records
     the call's program with those configurations pinned (None when the call fails or its outputs are wrong);
-    `replay(program)` times it in the trusted replay: (seconds per timed call, µs per call by kernel name), or
-    None when the replay does not reproduce the reference. Each tuned kernel's configurations are timed in
-    `budget.rounds` interleaved rounds and decided by the rule (autotune_protocol.choose). A ProtocolError when
-    the worker's replies cannot be judged or no configuration of a kernel could be timed."""
+    `replay(program, first)` times it in the trusted replay (`first`: the configuration's first timing, whose
+    replay also judges the program's outputs on fresh inputs): (seconds per timed call, µs per call by kernel
+    name), or None when the replay does not reproduce the reference. A (kernel, key) whose choice `choices`
+    keeps (decided by an earlier problem that reached the same key, as Triton's own autotuner shares one
+    decision per key) is pinned at it without a sweep, when this problem's pruning keeps that configuration;
+    each other tuned kernel's configurations are timed in interleaved rounds (`_rounds`), decided by the rule
+    (autotune_protocol.choose) and kept in `choices` for the problems after. A ProtocolError when the worker's
+    replies cannot be judged or no configuration of a kernel could be timed."""
     began = time.monotonic()
     reply = discover()
     if not reply.get("ok"):
         raise ProtocolError(f"the discovery call failed: {reply.get('error')}")
-    kernels = tuned_kernels(reply)
-    pins: dict[str, dict[str, int]] = {}
-    for k in kernels:
-        programs = {}
-        for index in k.indices:
-            program = record({**pins, k.kernel: {**pins.get(k.kernel, {}), k.key: index}})
-            if program is not None:
-                programs[index] = program
-        measures = set()
-        for _ in range(budget.rounds):
-            for index, program in programs.items():
-                timed = replay(program)
-                if timed is None:
-                    continue
-                times_s, kernel_us = timed
-                own = (kernel_us or {}).get(k.kernel)
-                if own is not None and own > 0:
-                    k.rounds_s.setdefault(index, []).append(own / 1e6)
-                    measures.add("kernel")
-                elif times_s:
-                    k.rounds_s.setdefault(index, []).append(statistics.median(times_s))
-                    measures.add("span")
-        k.measure = "kernel" if measures == {"kernel"} else "span"
-        if measures == {"kernel", "span"}:  # compare like with like: every configuration by its whole call
-            raise ProtocolError(f"kernel {k.kernel}: the replay named it in some configurations' records only")
-        decide(k, budget.noise_band)
+    keys = {"triton": triton, "file_sha256": file_sha256, "hardware": hardware}
+    kernels, pins = [], {}
+    for k in tuned_kernels(reply):
+        kept = choices.load_choice(**keys, kernel=k.kernel, key=k.key) if choices is not None else None
+        if kept is not None and kept.chosen in k.indices:
+            k = kept
+        else:
+            decide(k, budget.noise_band, _rounds(k, pins, record, replay, budget))
+            if choices is not None and kept is None:
+                choices.save_choice(Record(problem_id=problem_id, kernels=[], budget=budget, **keys), k)
+        kernels.append(k)
         pins.setdefault(k.kernel, {})[k.key] = k.chosen
-    return Record(file_sha256=file_sha256, problem_id=problem_id, hardware=hardware, triton=triton, kernels=kernels,
-                  budget=budget, sweep_s=time.monotonic() - began)
+    return Record(problem_id=problem_id, kernels=kernels, budget=budget, sweep_s=time.monotonic() - began, **keys)
+
+
+def _rounds(k: KernelChoice, pins: dict, record, replay, budget: Budget) -> list[int]:
+    """The configurations eligible for the choice, after timing each configuration of `k` (the kernels before it
+    pinned at `pins`) into `k.rounds_s`: the first round over every configuration whose call records, the later
+    rounds over the survivors of the first (autotune_protocol.survivors; the others go to `k.dropped`),
+    interleaved; with one survivor, no more rounds."""
+    programs = {}
+    for index in k.indices:
+        program = record({**pins, k.kernel: {**pins.get(k.kernel, {}), k.key: index}})
+        if program is not None:
+            programs[index] = program
+    measures = set()
+    timing = list(programs)
+    for round_ in range(budget.rounds):
+        for index in timing:
+            timed = replay(programs[index], round_ == 0)
+            if timed is None:
+                continue
+            times_s, kernel_us = timed
+            own = (kernel_us or {}).get(k.kernel)
+            if own is not None and own > 0:
+                k.rounds_s.setdefault(index, []).append(own / 1e6)
+                measures.add("kernel")
+            elif times_s:
+                k.rounds_s.setdefault(index, []).append(statistics.median(times_s))
+                measures.add("span")
+        if round_ == 0:
+            timing = survivors(timing, {i: t[0] for i, t in k.rounds_s.items()}, budget.drop_above)
+            k.dropped = [i for i in programs if i not in timing]
+            if len(timing) < 2:
+                break
+    if measures == {"kernel", "span"}:  # compare like with like: every configuration by its whole call
+        raise ProtocolError(f"kernel {k.kernel}: the replay named it in some configurations' records only")
+    k.measure = "kernel" if measures == {"kernel"} else "span"
+    # eligible: the survivors measured in every round they were timed in (a round lost to a failed replay
+    # disqualifies)
+    full = budget.rounds if len(timing) > 1 else 1
+    return [i for i in timing if len(k.rounds_s.get(i, ())) == full]

@@ -109,9 +109,12 @@ class Replayer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def reproduce(self, operator: str, spec, expected, input_kwargs: dict, recorded: list[Recorded], state: dict,
-                  time_seeds: int = 0) -> Outcome:
+                  time_seeds: int = 0, timing_seeds: list[int] | None = None, check: bool = True) -> Outcome:
         """The replay's verdict on one shape of `operator` (its registry spec): `expected(seed)` gives (pristine inputs, reference outputs, tie
-        scores) as the judge draws them; `state` the init-time snapshot (name -> flat bytes tensor)."""
+        scores) as the judge draws them; `state` the init-time snapshot (name -> flat bytes tensor). `timing_seeds`
+        (fresh ones the caller drew) replace the `time_seeds` drawn here, so that an autotuning sweep times every
+        configuration on the same inputs and computes their reference once; with `check` False the program is
+        only timed (its timed calls' outputs still judged), not first run and judged on fresh inputs."""
         pairs, reason = plan(recorded, spec.data_dependent_size)
         if reason:
             return Outcome(native=False, reason=reason)
@@ -121,7 +124,9 @@ class Replayer:
             key = secrets.randbits(62)
             timed = time_seeds > 0 and index == len(pairs) - 1
             # a program that depends on the data is timed on the inputs it was recorded on
-            timing = [secrets.randbits(62) for _ in range(time_seeds)] if fresh else list(seeds)
+            timing = (list(timing_seeds) if timing_seeds else [secrets.randbits(62) for _ in range(time_seeds)]) \
+                if fresh else list(seeds)
+            seeds = seeds if check else []
             exchange = str(self.dir)
             request = ReplayRequest(operator=operator, device=self.config.device, program=encode(program),
                                     input_kwargs=input_kwargs, seeds=seeds, exchange=exchange, digest_key=key,

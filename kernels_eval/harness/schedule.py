@@ -172,7 +172,9 @@ def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: Eva
         for op in sorted(by_op):
             judge = OperatorJudge(op, files[op], config, workdir, replayer=replayer)
             try:
-                for p, verdict in by_op[op]:
+                # in a fixed order, whatever order the lanes checked them in: the autotuning protocol's choice for a
+                # tuning key is made on the first problem that reaches it (docs/reproducibility.md)
+                for p, verdict in sorted(by_op[op], key=lambda item: item[0].problem_id):
                     t0 = time.monotonic()
                     try:
                         verdict = judge.time_checked(verdict)

@@ -24,6 +24,7 @@ from kernels_eval.harness.autotune_protocol import (
     decide,
     parse_record,
     row_text,
+    survivors,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,9 +76,18 @@ def test_budget_is_validated_and_its_cost_estimate_is_the_stated_sum():
     b = Budget(rounds=3, budget_s=0.02, min_calls=10, warmup_s=0.01)
     # per configuration and round: 0.01 warm-up + 2 x 0.02 budgets + (13 + 2 x 10) calls of 1 ms + 5 ms overhead
     assert b.seconds(4, call_s=1e-3) == pytest.approx(4 * 3 * (0.01 + 0.04 + 0.033 + 0.005))
-    for bad in ({"rounds": 0}, {"noise_band": 1.0}, {"budget_s": 0}, {"min_calls": 60, "max_calls": 50}):
+    for bad in ({"rounds": 0}, {"noise_band": 1.0}, {"budget_s": 0}, {"min_calls": 60, "max_calls": 50},
+                {"noise_band": 0.05, "drop_above": 0.04}):
         with pytest.raises(ProtocolError, match="autotuning budget"):
             Budget(**bad)
+
+
+def test_after_the_first_round_only_configurations_within_drop_above_of_its_fastest_go_on():
+    first = {3: 10.0, 0: 12.4, 5: 12.6, 1: 0.0, 7: 12.5}  # 1: no positive time; 6 not measured at all
+    assert survivors([0, 1, 3, 5, 6, 7], first, 0.25) == [0, 3, 7]  # 12.5 = 10 x 1.25 is within
+    assert survivors([5, 3], first, 0.25) == [3]  # one left: the kernel is decided after one round
+    assert survivors([5, 3], first, 0.30) == [5, 3]  # the order is the autotuner's
+    assert survivors([1, 6], first, 0.25) == []
 
 
 def _record(problem="p0123", chosen=(1, 0)) -> Record:
@@ -129,6 +139,30 @@ def test_the_store_keeps_one_choice_per_file_problem_hardware_and_triton(tmp_pat
     (path.parent / "p9.json").write_text(path.read_text())
     with pytest.raises(ProtocolError, match=r"p9\.json: the record inside is for another"):
         store.load("3.6.0", SHA, "H200", "p9")
+
+
+def test_the_store_keeps_one_choice_per_kernel_and_tuning_key_naming_the_problem_that_made_it(tmp_path):
+    store = ChoiceStore(tmp_path)
+    record = _record("p0123")
+    gemm = record.kernels[0]
+    assert store.load_choice("3.6.0", SHA, "H200", gemm.kernel, gemm.key) is None
+    path = store.save_choice(record, gemm)
+    assert path.parent == store.path("3.6.0", SHA, "H200", "p0123").parent / "keys"
+    kept = store.load_choice("3.6.0", SHA, "H200", gemm.kernel, gemm.key)
+    assert (kept.chosen, kept.configs, kept.rounds_s, kept.decided_by) == (1, gemm.configs, gemm.rounds_s, "p0123")
+    for other in (("3.6.0", SHA, "H100", gemm.kernel, gemm.key), ("3.6.0", "cd" * 32, "H200", gemm.kernel, gemm.key),
+                  ("3.6.0", SHA, "H200", "sum_kernel", gemm.key), ("3.6.0", SHA, "H200", gemm.kernel, "(65,)")):
+        assert store.load_choice(*other) is None
+    # a choice copied under another key's name is refused, naming the file
+    elsewhere = store.key_path("3.6.0", SHA, "H200", gemm.kernel, "(65,)")
+    elsewhere.write_text(path.read_text())
+    with pytest.raises(ProtocolError, match="the choice inside is for another file, hardware, kernel or key"):
+        store.load_choice("3.6.0", SHA, "H200", gemm.kernel, "(65,)")
+    # what an earlier protocol kept is decided again (as absent), not refused
+    for kept_path, load in ((path, lambda: store.load_choice("3.6.0", SHA, "H200", gemm.kernel, gemm.key)),
+                            (store.save(record), lambda: store.load("3.6.0", SHA, "H200", "p0123"))):
+        kept_path.write_text(json.dumps({**json.loads(kept_path.read_text()), "protocol": 1}))
+        assert load() is None
 
 
 def test_store_paths_refuse_what_could_leave_the_root(tmp_path):
@@ -184,6 +218,14 @@ for n, index in ((40, 3), (40, 0), (100, 5)):
     pins.PINS["fill_block"] = {repr((n, "torch.int32")): index}
     pins.Watch.start()
     out[f"{n}/{index}"] = {"block": cand.run(n), "tuned": pins.Watch.stop()}
+from triton.runtime.autotuner import Autotuner
+benched = []
+Autotuner._bench = lambda self, *args, config, **kwargs: benched.append(str(config)) or 1.0  # counts, times nothing
+pins.PINS.clear()
+pins.Watch.start()  # a key nothing pinned, watched: the first configuration the pruning keeps, nothing benchmarked
+out["50/watched"] = {"block": cand.run(50), "tuned": pins.Watch.stop(), "benchmarked": len(benched)}
+cand.run(50)
+out["50/after"] = {"benchmarked": len(benched)}
 print(json.dumps(out))
 '''
 
@@ -198,7 +240,14 @@ def test_a_pinned_configuration_runs_and_the_call_reports_what_its_autotuner_wou
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     # CONFIGS in order: (16,1) (16,2) (32,1) (32,2) (64,1) (64,2); the kernel writes its BLOCK
-    assert {k: v["block"] for k, v in got.items()} == {"40/3": 32, "40/0": 16, "100/5": 64}
+    assert {k: v["block"] for k, v in got.items() if "/5" in k or k.startswith("40/")} == {
+        "40/3": 32, "40/0": 16, "100/5": 64}
+    # the discovery call of a key not decided: CONFIGS[0] (the first its pruning keeps) ran and nothing was
+    # benchmarked; the same key unwatched afterwards is Triton's to tune as before
+    watched = got["50/watched"]
+    assert watched["block"] == 16 and watched["benchmarked"] == 0
+    assert [(t["key"], t["indices"], t["used"]) for t in watched["tuned"]] == [("(50, 'torch.int32')", [0, 1, 2, 3], 0)]
+    assert got["50/after"]["benchmarked"] == 4
     first = got["40/3"]["tuned"]
     assert [(t["kernel"], t["key"], t["indices"], t["used"]) for t in first] == [
         ("fill_block", "(40, 'torch.int32')", [0, 1, 2, 3], 3)]  # the candidate's pruning drops BLOCK 64 at n=40

@@ -28,48 +28,98 @@ KEYS = {"file_sha256": "ab" * 32, "problem_id": "s1", "hardware": "H200", "trito
 
 
 def scripted(us_by_index: dict[int, list[float]], wrong=(), unreplayable=()):
-    """(record, replay) answering per pinned configuration: its own µs per call in each successive round."""
+    """(record, replay, recorded, replayed) answering per pinned configuration: its own µs per call in each
+    successive round; `replayed` lists (index, first) of each replay asked for."""
     rounds: dict[int, int] = {}
-    recorded = []
+    recorded, replayed = [], []
 
     def record(pins):
         index = pins["gemm"][KEY]
         recorded.append(pins)
         return None if index in wrong else Recorded({"index": index}, 7)
 
-    def replay(program):
+    def replay(program, first):
         index = program.program["index"]
+        replayed.append((index, first))
         if index in unreplayable:
             return None
         k = rounds[index] = rounds.get(index, -1) + 1
         us = us_by_index[index][k]
         return [us * 3e-6], {"gemm": us, "other": 50.0}
 
-    return record, replay, recorded
+    return record, replay, recorded, replayed
 
 
 def test_the_sweep_times_each_pinned_configuration_and_chooses_inside_the_band():
-    # config 5 is fastest by 1% (inside the 2% band): config 2, earlier in the autotuner's order, is chosen
-    record, replay, recorded = scripted({0: [2.6] * 3, 2: [2.02, 2.0, 2.03], 5: [2.0, 1.99, 2.0]})
+    # config 5 is fastest by 1% (inside the 2% band): config 2, earlier in the autotuner's order, is chosen;
+    # config 0 is 30% slower than the fastest in the first round (more than drop_above 25%): timed once only
+    record, replay, recorded, replayed = scripted({0: [2.6] * 3, 2: [2.02, 2.0, 2.03], 5: [2.0, 1.99, 2.0]})
     result = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS)
     assert recorded == [{"gemm": {KEY: 0}}, {"gemm": {KEY: 2}}, {"gemm": {KEY: 5}}]
+    # interleaved rounds; only each configuration's first replay judges it on fresh inputs
+    assert replayed == [(0, True), (2, True), (5, True), (2, False), (5, False), (2, False), (5, False)]
     (gemm,) = result.kernels  # "single" has one configuration: nothing to decide
     assert gemm.chosen == 2 and gemm.chosen_config == "BLOCK: 32" and gemm.measure == "kernel"
-    assert gemm.figure_s == {0: pytest.approx(2.6e-6), 2: pytest.approx(2.02e-6), 5: pytest.approx(2.0e-6)}
+    assert gemm.dropped == [0] and gemm.rounds_s[0] == pytest.approx([2.6e-6])
+    assert gemm.figure_s == {2: pytest.approx(2.02e-6), 5: pytest.approx(2.0e-6)}
     assert gemm.rounds_s[2] == pytest.approx([2.02e-6, 2.0e-6, 2.03e-6])
-    assert result.pins() == {"gemm": {KEY: 2}}
+    assert result.pins() == {"gemm": {KEY: 2}} and gemm.decided_by is None
+
+
+def test_a_clear_leader_after_the_first_round_is_chosen_without_more_rounds():
+    # 1.0 against 1.3 and 1.26: both others beyond drop_above (25%) of the leader
+    record, replay, _, replayed = scripted({0: [1.3], 2: [1.0], 5: [1.26]})
+    (gemm,) = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).kernels
+    assert replayed == [(0, True), (2, True), (5, True)]
+    assert gemm.chosen == 2 and gemm.dropped == [0, 5] and gemm.figure_s == {2: pytest.approx(1.0e-6)}
+    # a configuration that fails a later round is not eligible: the other survivor is chosen
+    record, replay, _, replayed = scripted({0: [1.0, 1.0], 2: [1.01, 1.0, 1.01], 5: [1.1, 1.1, 1.1]})
+    unreliable = lambda program, first: None if program.program["index"] == 0 and not first else replay(program, first)  # noqa: E731
+    (gemm,) = autotune_sweep.sweep(lambda: TUNED, record, unreliable, Budget(), **KEYS).kernels
+    assert gemm.chosen == 2 and set(gemm.figure_s) == {2, 5} and gemm.dropped == []
 
 
 def test_a_wrong_or_unreplayable_configuration_is_never_chosen():
-    record, replay, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, wrong={0})
+    record, replay, _, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, wrong={0})
     assert autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).pins() == {"gemm": {KEY: 5}}
-    record, replay, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, unreplayable={0, 5})
+    record, replay, _, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, unreplayable={0, 5})
     assert autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).pins() == {"gemm": {KEY: 2}}
-    record, replay, _ = scripted({}, wrong={0, 2, 5})
+    record, replay, _, _ = scripted({}, wrong={0, 2, 5})
     with pytest.raises(ProtocolError, match="kernel gemm at key .*: no configuration was measured"):
         autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS)
     with pytest.raises(ProtocolError, match="the discovery call failed: boom"):
         autotune_sweep.sweep(lambda: {"ok": False, "error": "boom"}, record, replay, Budget(), **KEYS)
+
+
+def test_problems_that_reach_one_tuning_key_share_the_first_ones_choice(tmp_path):
+    """As Triton's own autotuner decides once per key: the first problem's sweep decides (kernel, key) and is kept;
+    a later problem reaching the same key pins it without a sweep and names the problem that decided it."""
+    store = ChoiceStore(tmp_path)
+    record, replay, _, replayed = scripted({0: [2.6] * 3, 2: [2.5] * 3, 5: [2.0] * 3})
+    first = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), choices=store, **KEYS)
+    assert first.pins() == {"gemm": {KEY: 5}} and replayed
+    record, replay, recorded, replayed = scripted({})
+    second = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), choices=store, **{**KEYS, "problem_id": "s2"})
+    assert recorded == [] and replayed == []  # nothing recorded or timed for the gemm's key
+    (gemm,) = second.kernels
+    assert second.pins() == {"gemm": {KEY: 5}} and gemm.decided_by == "s1" and gemm.rounds_s == first.kernels[0].rounds_s
+    assert json.loads(autotune_sweep_row(second)) == [["gemm", KEY, 5, "BLOCK: 64"]]
+    # a problem whose own pruning does not keep the kept configuration is swept itself; the key's choice stays
+    narrower = {"ok": True, "tuned": [{**TUNED["tuned"][0], "indices": [0, 2], "configs": ["BLOCK: 16", "BLOCK: 32"]}]}
+    record, replay, _, replayed = scripted({0: [1.0] * 3, 2: [3.0] * 3})
+    third = autotune_sweep.sweep(lambda: narrower, record, replay, Budget(), choices=store, **{**KEYS, "problem_id": "s3"})
+    assert third.pins() == {"gemm": {KEY: 0}} and third.kernels[0].decided_by is None and replayed
+    kept = store.load_choice("3.6.0", KEYS["file_sha256"], "H200", "gemm", KEY)
+    assert kept.chosen == 5 and kept.decided_by == "s1"
+    # another hardware, file or Triton keeps its own
+    assert store.load_choice("3.6.0", KEYS["file_sha256"], "H100", "gemm", KEY) is None
+    assert store.load_choice("3.6.0", KEYS["file_sha256"], "H200", "gemm", "(128, 'torch.float32')") is None
+
+
+def autotune_sweep_row(record):
+    from kernels_eval.harness.autotune_protocol import row_text
+
+    return row_text(record)
 
 
 @pytest.mark.parametrize("tuned, why", [
@@ -90,12 +140,15 @@ class FakeReplayer:
 
     def __init__(self, config, us: dict[int, float], repeats: list[float] = ()) -> None:
         self.config, self.us, self.repeats, self.timed, self.states = config, us, list(repeats), [], []
+        self.seeds = []
 
-    def reproduce(self, operator, spec, expected, input_kwargs, recorded, state, time_seeds=0):
+    def reproduce(self, operator, spec, expected, input_kwargs, recorded, state, time_seeds=0, timing_seeds=None,
+                  check=True):
         (program,) = recorded
         index = program.program["pins"].get("gemm", {}).get(KEY)
         self.timed.append((index, time_seeds, self.config.timing_budget_s))
         self.states.append(state)
+        self.seeds.append((tuple(timing_seeds or ()), check))
         if self.repeats and time_seeds == operator_judge.TIMING_SETS:
             t = self.repeats.pop(0)
             return Outcome(native=True, times_s=[t] * 5, kernel_us={"gemm": t * 1e6})
@@ -135,9 +188,13 @@ PENDING = {"shape": SHAPE, "recorded": [Recorded({"pins": {}}, 3)], "state": {"s
 
 
 def perform(judge) -> Verdict:
+    return perform_shape(judge, SHAPE)
+
+
+def perform_shape(judge, shape) -> Verdict:
     v = Verdict(stage="performance", compiled=True, correct=True, native=True)
     try:
-        return judge._performance(v, judge.reference.Model(**SHAPE[0]), PENDING)
+        return judge._performance(v, judge.reference.Model(**shape[0]), {**PENDING, "shape": shape})
     finally:
         judge.close()
 
@@ -145,18 +202,26 @@ def perform(judge) -> Verdict:
 def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_path):
     store = tmp_path / "store"
     config = runner.EvalConfig(device="cpu", autotune="protocol", autotune_store=store, hardware="H200")
-    replayer = FakeReplayer(config, {0: 2.6, 2: 2.5, 5: 2.0, None: 9.0})
+    replayer = FakeReplayer(config, {0: 2.6, 2: 2.4, 5: 2.0, None: 9.0})
     v = perform(Judge(tmp_path / "a", config, replayer))
     assert v.stage == "done", v.error
     assert json.loads(v.autotune_config) == [["gemm", KEY, 5, "BLOCK: 64"]]
     assert v.t_measured_s == pytest.approx(2.0e-6) and v.timing_rule == "device_busy"
-    # the sweep's replays ran with the protocol's budget, 3 rounds of 3 configurations; the timing with the run's
-    assert [t for t in replayer.timed if t[2] == Budget().budget_s] == [(i, 2, 0.02) for i in (0, 2, 5)] * 3
+    # the sweep's replays ran with the protocol's budget: a first round of 3 configurations, then 2 rounds of the 2
+    # within 25% of the fastest; the timing with the run's
+    swept = [(i, 2, 0.02) for i in (0, 2, 5)] + [(i, 2, 0.02) for i in (2, 5)] * 2
+    assert [t for t in replayer.timed if t[2] == Budget().budget_s] == swept
     assert replayer.timed[-1] == (5, operator_judge.TIMING_SETS, config.timing_budget_s)
+    # every configuration timed on the same two input sets; each judged on fresh inputs in its first replay only
+    sweep_seeds = replayer.seeds[:len(swept)]
+    assert len({seeds for seeds, _ in sweep_seeds}) == 1 and len(sweep_seeds[0][0]) == 2
+    assert [check for _, check in sweep_seeds] == [True] * 3 + [False] * 4
+    assert replayer.seeds[-1] == ((), True)  # the timing that scores: fresh inputs of its own, judged
     # every program recorded with a pin is replayed with the state of the worker that recorded it
-    assert replayer.states == [{"snapshot": "of this judge's worker"}] * 10
-    kept = list(store.rglob("*.json"))
-    assert len(kept) == 1 and kept[0].parent.name == "H200"
+    assert replayer.states == [{"snapshot": "of this judge's worker"}] * 8
+    # kept: the problem's record, and the (kernel, key)'s choice beside it
+    kept = sorted(store.rglob("*.json"), key=lambda path: len(path.parts))
+    assert [p.parent.name for p in kept] == ["H200", "keys"] and kept[1].parent.parent == kept[0].parent
     # a second run of the same file, shape and hardware: no discovery, no sweep, the same choice timed
     again = Judge(tmp_path / "b", config, FakeReplayer(config, {5: 2.1}))
     v2 = perform(again)
@@ -165,6 +230,12 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     (triton_dir,) = store.iterdir()
     assert ChoiceStore(store).load(triton_dir.name.removeprefix("triton-"), kept[0].parents[1].name, "H200",
                                    kept[0].stem).pins() == {"gemm": {KEY: 5}}
+    # another shape reaching the same key: discovery, then the kept choice pinned, no configuration swept
+    other = Judge(tmp_path / "c", config, FakeReplayer(config, {5: 2.2}))
+    other.sent.clear()
+    v3 = perform_shape(other, ({"eps": 1e-6}, {"token_count": 8, "hidden_size": 64}))
+    assert [m["cmd"] for m in other.sent] == ["sweep", "call"] and other.sent[1]["pins"] == {"gemm": {KEY: 5}}
+    assert v3.autotune_config == v.autotune_config
 
 
 def test_repeat_keeps_each_timings_median_and_scores_their_median(tmp_path):

@@ -368,12 +368,14 @@ def test_the_timing_phase_runs_no_candidate_process_and_shares_one_replay(monkey
     ops = [f"op{k}" for k in range(4)]
     items = [(runner.Problem({"problem_id": f"{op}-{j}", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
               Verdict(stage="performance", pending={"shape": ({}, {}), "recorded": [], "state": {}}))
-             for op in ops for j in range(2)]
+             for op in ops for j in (1, 0)]  # as the lanes left them: not in problem order
     rows = []
     config = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)
     schedule._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
                          lambda p, v, index, announce=False: rows.append((p.problem_id, v.stage)))
-    assert len(rows) == 8
+    # in problem-id order within each operator, whatever order the lanes checked them in (the autotuning
+    # protocol decides a tuning key on the first problem that reaches it)
+    assert [pid for pid, _ in rows] == [f"{op}-{j}" for op in ops for j in range(2)]
     timed = [who for kind, who in events if kind == "timed"]
     assert timed[:4] == ["op0@1", "op0@1", "op1@1", "op1@1"]  # one replay for the operators before the fault
     assert timed[4:] == ["op2@1", "op2@2", "op3@3", "op3@3"]  # each lost context: a fresh replay

@@ -162,3 +162,40 @@ def test_a_worker_reply_keeps_its_fields_and_drops_other_commands_ones():
                           "inputs": {"x": "ab12"}, "times_s": [1.0], "ready": True})
     assert reply.ok and reply.launches == [{"name": "k", "owned": True}] and reply.aten_ops == {"empty": 2}
     assert reply.inputs == {"x": "ab12"} and reply.program is None and not hasattr(reply, "times_s")
+
+
+def test_a_sweeps_timing_only_replay_times_on_the_callers_seeds_and_runs_nothing_judged(tmp_path):
+    """The autotuning protocol's later rounds (harness/autotune_sweep.py): `check=False` asks the replay for no
+    judged run (no seeds), and `timing_seeds` are the inputs the timing uses, so every configuration is timed on
+    the same inputs; the default asks for both, on fresh seeds drawn per call."""
+    from types import SimpleNamespace
+
+    from kernels_eval.harness.judge import Replayer
+    from kernels_eval.harness.protocol import ReplayResult, decode_request
+
+    sent = []
+
+    class Process:
+        def request(self, message, timeout_s):
+            sent.append(decode_request(message))
+            return encode(ReplayResult(ok=True))
+
+        def close(self):
+            pass
+
+    config = SimpleNamespace(device="cpu", call_timeout_s=10.0, timing_budget_s=0.02, timing_max_calls=50)
+    replayer = Replayer("t", config)
+    replayer.process = Process()
+    spec = SimpleNamespace(data_dependent_size=False)
+    steady = [Recorded(encode(_program()), 1), Recorded(encode(_program()), 2)]
+    try:
+        out = replayer.reproduce("rms_norm", spec, None, {}, steady, {}, time_seeds=2, timing_seeds=[11, 12],
+                                 check=False)
+        replayer.reproduce("rms_norm", spec, None, {}, steady, {}, time_seeds=2)
+    finally:
+        replayer.close()
+    assert out.native
+    timing_only, judged = sent
+    assert timing_only.seeds == [] and timing_only.time_calls and timing_only.time_seeds == [11, 12]
+    assert timing_only.budget_s == 0.02 and timing_only.max_calls == 50
+    assert len(judged.seeds) == 2 and len(judged.time_seeds) == 2 and not {1, 2, 11, 12} & set(judged.time_seeds)
