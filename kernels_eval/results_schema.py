@@ -127,8 +127,8 @@ COLUMNS = {
     "t_repeats_s": ("median time of each of the problem's full timings in this run (hotshape eval --repeat N; "
                     "t_measured_s is their median); null with one timing", "s"),
     "autotune_config": ("configuration the evaluator's autotuning protocol chose, canonical JSON of [kernel, key, "
-                        "config index, config] per autotuned kernel (hotshape eval --autotune protocol); null "
-                        "otherwise", ""),
+                        "config index, config] per autotuned kernel ([] for a file that never names it); null with "
+                        "hotshape eval --autotune triton", ""),
     "baseline": ("the library path a baseline row ran (hotshape baseline; 'none' where its operator has none): such a "
                  "row is a reference line, never native and never ranked; null on a submission's row", ""),
 }

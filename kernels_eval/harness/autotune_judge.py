@@ -38,10 +38,7 @@ class AutotuneSteps:
         from dataclasses import replace as with_values
 
         init_kwargs, input_kwargs = shape = pending["shape"]
-        store = protocol.ChoiceStore(self.config.autotune_store or protocol.default_root())
-        problem = "s" + hashlib.sha256((_shape_text(init_kwargs) + _shape_text(input_kwargs)).encode()).hexdigest()[:16]
-        keys = {"triton": triton_version(), "file_sha256": file_sha256(self.file),
-                "hardware": re.sub(r"[^A-Za-z0-9._-]", "_", self.config.hardware or "unknown"), "problem_id": problem}
+        store, keys = _store_and_keys(self.config, self.file, shape)
         record = store.load(**keys)
         if record is not None:
             return record
@@ -79,6 +76,32 @@ class AutotuneSteps:
         store.save(record)
         self._clock("autotune", began)
         return record
+
+
+def _store_and_keys(config, file: Path, shape: tuple[dict, dict]):
+    """The run's ChoiceStore and the keys of the record for `file` on `shape`: Triton version, file sha256,
+    hardware, and the problem named by a digest of its shape (so the same shape in two releases shares it)."""
+    init_kwargs, input_kwargs = shape
+    store = protocol.ChoiceStore(config.autotune_store or protocol.default_root())
+    problem = "s" + hashlib.sha256((_shape_text(init_kwargs) + _shape_text(input_kwargs)).encode()).hexdigest()[:16]
+    return store, {"triton": triton_version(), "file_sha256": file_sha256(file),
+                   "hardware": re.sub(r"[^A-Za-z0-9._-]", "_", config.hardware or "unknown"), "problem_id": problem}
+
+
+def sweeps(config, file: Path, shapes: list[tuple[dict, dict]]) -> bool:
+    """Whether the autotuning protocol will sweep (and so start the operator's worker) for one of `shapes` of
+    `file`: the protocol is on, on a GPU, the file names the autotuner and a shape has no kept record (an unreadable
+    record counts as none here; the judge reports it)."""
+    if config.autotune != "protocol" or config.device != "cuda" or b"autotune" not in Path(file).read_bytes():
+        return False
+    for shape in shapes:
+        store, keys = _store_and_keys(config, file, shape)
+        try:
+            if store.load(**keys) is None:
+                return True
+        except protocol.ProtocolError:
+            return True
+    return False
 
 
 def _shape_text(kwargs: dict) -> str:

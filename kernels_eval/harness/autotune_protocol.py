@@ -114,6 +114,8 @@ class Record:
     budget: Budget = DEFAULT_BUDGET
     sweep_s: float = 0.0
     protocol: int = PROTOCOL_VERSION
+    # not kept: the sweep's recording of the call with every choice pinned (judge.Recorded), when it made one
+    program: object = field(default=None, compare=False, repr=False)
 
     def pins(self) -> dict[str, dict[str, int]]:
         """kernel -> key -> chosen config index: what the worker pins (autotune_pins.py)."""
@@ -125,6 +127,7 @@ class Record:
 
     def as_json(self) -> str:
         data = asdict(self)
+        data.pop("program")
         for k in data["kernels"]:  # JSON object keys are text: config indices written as such
             k["rounds_s"] = {str(i): v for i, v in k["rounds_s"].items()}
             k["figure_s"] = {str(i): v for i, v in k["figure_s"].items()}

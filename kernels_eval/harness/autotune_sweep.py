@@ -75,28 +75,40 @@ def sweep(discover, record, replay, budget: Budget, *, file_sha256: str, problem
     if not reply.get("ok"):
         raise ProtocolError(f"the discovery call failed: {reply.get('error')}")
     keys = {"triton": triton, "file_sha256": file_sha256, "hardware": hardware}
-    kernels, pins = [], {}
-    for k in tuned_kernels(reply):
-        kept = choices.load_choice(**keys, kernel=k.kernel, key=k.key) if choices is not None else None
-        if kept is not None and kept.chosen in k.indices:
-            k = kept
+    tuned = tuned_kernels(reply)
+    kept = [choices.load_choice(**keys, kernel=k.kernel, key=k.key) if choices is not None else None for k in tuned]
+    # every tuned kernel pinned throughout, so that no recording call runs Triton's own benchmarks: at its kept
+    # choice, else at the first configuration its pruning keeps until it is decided
+    pins: dict[str, dict[str, int]] = {}
+    for k, choice in zip(tuned, kept):
+        usable = choice is not None and choice.chosen in k.indices
+        pins.setdefault(k.kernel, {})[k.key] = choice.chosen if usable else k.indices[0]
+    kernels, final = [], None
+    for k, choice in zip(tuned, kept):
+        if choice is not None and choice.chosen in k.indices:
+            k = choice
         else:
-            decide(k, budget.noise_band, _rounds(k, pins, record, replay, budget))
-            if choices is not None and kept is None:
+            programs = {}
+            decide(k, budget.noise_band, _rounds(k, pins, record, replay, budget, programs))
+            if choices is not None and choice is None:
                 choices.save_choice(Record(problem_id=problem_id, kernels=[], budget=budget, **keys), k)
+            final = programs[k.chosen]  # recorded with every kernel before at its choice, every one after kept
         kernels.append(k)
-        pins.setdefault(k.kernel, {})[k.key] = k.chosen
-    return Record(problem_id=problem_id, kernels=kernels, budget=budget, sweep_s=time.monotonic() - began, **keys)
+        pins[k.kernel][k.key] = k.chosen
+    # the last swept kernel's chosen program is the call with every choice pinned: the timing needs no other
+    return Record(problem_id=problem_id, kernels=kernels, budget=budget, sweep_s=time.monotonic() - began,
+                  program=final, **keys)
 
 
-def _rounds(k: KernelChoice, pins: dict, record, replay, budget: Budget) -> list[int]:
+def _rounds(k: KernelChoice, pins: dict, record, replay, budget: Budget, programs: dict) -> list[int]:
     """The configurations eligible for the choice, after timing each configuration of `k` (the kernels before it
     pinned at `pins`) into `k.rounds_s`: the first round over every configuration whose call records, the later
     rounds over the survivors of the first (autotune_protocol.survivors; the others go to `k.dropped`),
-    interleaved; with one survivor, no more rounds."""
-    programs = {}
+    interleaved; with one survivor, no more rounds. `programs` gets each configuration's recorded program."""
     for index in k.indices:
-        program = record({**pins, k.kernel: {**pins.get(k.kernel, {}), k.key: index}})
+        pinned = {name: dict(keys) for name, keys in pins.items()}  # a copy: `pins` changes as kernels are decided
+        pinned.setdefault(k.kernel, {})[k.key] = index
+        program = record(pinned)
         if program is not None:
             programs[index] = program
     measures = set()

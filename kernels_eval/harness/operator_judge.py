@@ -330,8 +330,8 @@ class OperatorJudge(AutotuneSteps):
             try:
                 record = self._autotune(model, pending)
                 pins = record.pins()
-                if pins:
-                    program = self._record_program(model, pending["shape"], pins)
+                if pins:  # the sweep's own recording of the chosen call, else one recorded now
+                    program = record.program or self._record_program(model, pending["shape"], pins)
                     if program is None:
                         raise AutotuneError("the call with the chosen configurations failed or was wrong")
                     # the program refers to the init-time state of the worker that recorded it

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kernels_eval import registry
 from kernels_eval.harness import operator_judge, safe_io
+from kernels_eval.harness.autotune_judge import sweeps
 from kernels_eval.harness.config import EvalConfig, Problem
 from kernels_eval.harness.judge import Replayer
 from kernels_eval.harness.operator_judge import CONTEXT_LOST, OUT_OF_MEMORY, OperatorJudge
@@ -168,9 +169,16 @@ def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: Eva
     for p, verdict in items:
         by_op.setdefault(p.operator, []).append((p, verdict))
     replayer = Replayer("timing", config)
+    # the autotuning protocol's sweeps run in the operator's worker: those of the next TIMING_AHEAD operators that
+    # will sweep are started (and warmed) while one is timed; a run that finds every choice kept starts none
+    ops = sorted(by_op)
+    sweeping = [op for op in ops if sweeps(config, files[op], [v.pending["shape"] for _, v in by_op[op]])]
+    spares: dict[str, WorkerProcess] = {}
     try:
-        for op in sorted(by_op):
-            judge = OperatorJudge(op, files[op], config, workdir, replayer=replayer)
+        for op in ops:
+            for ahead in [s for s in sweeping if s >= op][:1 + TIMING_AHEAD]:  # no-op for those started already
+                _prestart(spares, config, workdir, ahead, files[ahead])
+            judge = OperatorJudge(op, files[op], config, workdir, worker=spares.pop(op, None), replayer=replayer)
             try:
                 # in a fixed order, whatever order the lanes checked them in: the autotuning protocol's choice for a
                 # tuning key is made on the first problem that reaches it (docs/reproducibility.md)
@@ -195,6 +203,8 @@ def _time_checked(items: list[tuple[Problem, Verdict]], files: dict, config: Eva
                 judge.close()
     finally:
         replayer.close()
+        for spare in spares.values():
+            spare.close()
 
 
 

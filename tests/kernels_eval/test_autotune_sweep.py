@@ -79,6 +79,31 @@ def test_a_clear_leader_after_the_first_round_is_chosen_without_more_rounds():
     assert gemm.chosen == 2 and set(gemm.figure_s) == {2, 5} and gemm.dropped == []
 
 
+def test_every_kernel_is_pinned_while_another_is_swept_and_the_last_recording_is_the_final_call():
+    """Two tuned kernels: while the first is swept the second is pinned at the first configuration its pruning
+    keeps (so no recording runs Triton's own benchmarks); the second is swept with the first at its choice, and
+    its chosen recording, the call with both choices pinned, is the program the problem is timed with."""
+    tuned = {"ok": True, "tuned": [TUNED["tuned"][0], {"kernel": "down", "key": "(8,)", "indices": [3, 1],
+                                                        "configs": ["W: 8", "W: 2"], "used": 3}]}
+    us = {("gemm", 0): 2.6, ("gemm", 2): 2.0, ("gemm", 5): 2.2, ("down", 3): 1.5, ("down", 1): 1.0}
+    recorded = []
+
+    def record(pins):
+        recorded.append(pins)
+        return Recorded({"pins": pins}, 7)
+
+    def replay(program, first):
+        pins = program.program["pins"]
+        return [1e-6], {name: us[(name, pins[name][key])] for name, key in (("gemm", KEY), ("down", "(8,)"))}
+
+    result = autotune_sweep.sweep(lambda: tuned, record, replay, Budget(), **KEYS)
+    assert recorded == [{"gemm": {KEY: i}, "down": {"(8,)": 3}} for i in (0, 2, 5)] + [
+        {"gemm": {KEY: 2}, "down": {"(8,)": i}} for i in (3, 1)]
+    assert result.pins() == {"gemm": {KEY: 2}, "down": {"(8,)": 1}}
+    assert result.program.program == {"pins": {"gemm": {KEY: 2}, "down": {"(8,)": 1}}}
+    assert "program" not in json.loads(result.as_json())
+
+
 def test_a_wrong_or_unreplayable_configuration_is_never_chosen():
     record, replay, _, _ = scripted({0: [1.0] * 3, 2: [2.0] * 3, 5: [1.5] * 3}, wrong={0})
     assert autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).pins() == {"gemm": {KEY: 5}}
@@ -203,7 +228,8 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     store = tmp_path / "store"
     config = runner.EvalConfig(device="cpu", autotune="protocol", autotune_store=store, hardware="H200")
     replayer = FakeReplayer(config, {0: 2.6, 2: 2.4, 5: 2.0, None: 9.0})
-    v = perform(Judge(tmp_path / "a", config, replayer))
+    judge = Judge(tmp_path / "a", config, replayer)
+    v = perform(judge)
     assert v.stage == "done", v.error
     assert json.loads(v.autotune_config) == [["gemm", KEY, 5, "BLOCK: 64"]]
     assert v.t_measured_s == pytest.approx(2.0e-6) and v.timing_rule == "device_busy"
@@ -217,6 +243,8 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     assert len({seeds for seeds, _ in sweep_seeds}) == 1 and len(sweep_seeds[0][0]) == 2
     assert [check for _, check in sweep_seeds] == [True] * 3 + [False] * 4
     assert replayer.seeds[-1] == ((), True)  # the timing that scores: fresh inputs of its own, judged
+    # one worker call per configuration; the chosen one's recording is the program timed, not recorded again
+    assert [m["cmd"] for m in judge.sent] == ["sweep", "call", "call", "call"]
     # every program recorded with a pin is replayed with the state of the worker that recorded it
     assert replayer.states == [{"snapshot": "of this judge's worker"}] * 8
     # kept: the problem's record, and the (kernel, key)'s choice beside it
@@ -239,7 +267,9 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
 
 
 def test_repeat_keeps_each_timings_median_and_scores_their_median(tmp_path):
-    config = runner.EvalConfig(device="cpu", repeat=3)
+    # with the protocol off (`eval --autotune triton`; the protocol is the default): no sweep, autotune_config null
+    assert runner.EvalConfig().autotune == "protocol"
+    config = runner.EvalConfig(device="cpu", repeat=3, autotune="triton")
     replayer = FakeReplayer(config, {}, repeats=[4e-6, 6e-6, 5e-6])
     v = perform(Judge(tmp_path / "r", config, replayer))
     assert v.stage == "done", v.error
@@ -248,7 +278,8 @@ def test_repeat_keeps_each_timings_median_and_scores_their_median(tmp_path):
     problem = runner.Problem({"problem_id": "p", "operator": "rms_norm", "init_kwargs": "{}", "input_kwargs": "{}"})
     row = runner.result_row({}, problem, v, None, 1e-6, "cuda")
     assert row["t_repeats_s"] == pytest.approx([4e-6, 6e-6, 5e-6]) and row["timing_rule"] == "device_busy"
-    one = perform(Judge(tmp_path / "one", runner.EvalConfig(device="cpu"), FakeReplayer(config, {}, [4e-6])))
+    one = perform(Judge(tmp_path / "one", runner.EvalConfig(device="cpu", autotune="triton"),
+                        FakeReplayer(config, {}, [4e-6])))
     assert one.t_repeats_s == [] and runner.result_row({}, problem, one, None, None, "cuda")["t_repeats_s"] is None
 
 
@@ -283,3 +314,20 @@ def test_a_file_that_never_names_the_autotuner_is_not_swept(tmp_path):
     v = perform(judge)
     assert v.stage == "done" and judge.sent == [] and v.autotune_config == "[]"
     assert v.t_measured_s == pytest.approx(3e-6)  # the checks' program, as without the protocol
+
+
+def test_an_operator_sweeps_only_with_the_protocol_on_a_gpu_for_a_shape_without_a_kept_record(tmp_path):
+    from kernels_eval.harness.autotune_judge import _store_and_keys, sweeps
+    from kernels_eval.harness.autotune_protocol import Record
+
+    tuned, plain = tmp_path / "rms_norm.py", tmp_path / "silu_and_mul.py"
+    tuned.write_text("# a file with a triton.autotune kernel\n")
+    plain.write_text("import triton\n")
+    config = runner.EvalConfig(device="cuda", autotune="protocol", autotune_store=tmp_path / "store", hardware="H200")
+    other = ({"eps": 1e-6}, {"token_count": 8, "hardware_size": 64})
+    assert sweeps(config, tuned, [SHAPE, other]) and not sweeps(config, plain, [SHAPE])
+    store, keys = _store_and_keys(config, tuned, SHAPE)
+    store.save(Record(kernels=[], **keys))
+    assert sweeps(config, tuned, [SHAPE, other]) and not sweeps(config, tuned, [SHAPE])
+    for off in ({"autotune": "triton"}, {"device": "cpu"}):
+        assert not sweeps(runner.EvalConfig(**{**config.__dict__, **off}), tuned, [other])

@@ -382,6 +382,53 @@ def test_the_timing_phase_runs_no_candidate_process_and_shares_one_replay(monkey
     assert [who for kind, who in events if kind == "replay closed"] == ["1", "2", "3"]
 
 
+def test_the_timing_phase_starts_the_workers_of_the_operators_the_autotuning_protocol_sweeps_ahead(monkeypatch,
+                                                                                                   tmp_path):
+    """With the autotuning protocol, an operator whose choices are not all kept sweeps in its worker: that worker is
+    started TIMING_AHEAD operators ahead and handed to the operator's judge; the others get none."""
+    events: list[tuple[str, str]] = []
+
+    class FakeReplayer:
+        def __init__(self, name, config):
+            pass
+
+        def close(self):
+            pass
+
+    class Judge:
+        def __init__(self, op, file, config, workdir, worker=None, replayer=None):
+            events.append(("judge", f"{op}:{worker}"))
+
+        def time_checked(self, verdict):
+            return verdict.update(stage="done", pending=None)
+
+        def close(self):
+            pass
+
+    def prestart(spares, config, workdir, op, file, key=None):
+        if op not in spares:
+            spares[op] = f"worker-{op}"
+            events.append(("started", op))
+
+    ops = [f"op{k}" for k in range(7)]
+    swept = {"op1", "op2", "op3", "op4", "op6"}
+    monkeypatch.setattr(schedule, "_prestart", prestart)
+    monkeypatch.setattr(schedule, "Replayer", FakeReplayer)
+    monkeypatch.setattr(schedule, "OperatorJudge", Judge)
+    monkeypatch.setattr(schedule, "sweeps", lambda config, file, shapes: file.stem in swept and shapes == [({}, {})])
+    items = [(runner.Problem({"problem_id": f"{op}-0", "operator": op, "init_kwargs": "{}", "input_kwargs": "{}"}),
+              Verdict(stage="performance", pending={"shape": ({}, {}), "recorded": [], "state": {}})) for op in ops]
+    config = runner.EvalConfig(device="cuda", hardware="H200", sandbox=False, autotune="protocol")
+    schedule._time_checked(items, {op: tmp_path / f"{op}.py" for op in ops}, config, tmp_path,
+                           lambda p, v, index, announce=False: None)
+    assert schedule.TIMING_AHEAD == 3
+    # while op0 (nothing to sweep) is timed, the next four that sweep start; op6 once op2 is reached
+    assert events == [("started", "op1"), ("started", "op2"), ("started", "op3"), ("started", "op4"),
+                      ("judge", "op0:None"), ("judge", "op1:worker-op1"), ("started", "op6"),
+                      ("judge", "op2:worker-op2"), ("judge", "op3:worker-op3"), ("judge", "op4:worker-op4"),
+                      ("judge", "op5:None"), ("judge", "op6:worker-op6")]
+
+
 def test_a_lane_starts_workers_a_few_units_ahead(monkeypatch, tmp_path):
     """While a lane judges one unit, the workers of its next LANE_AHEAD units are starting (each start took
     ~12 s on H200, longer than checking a small operator)."""
