@@ -233,13 +233,15 @@ def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> di
 
 
 def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
-                 device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "") -> dict:
+                 device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "",
+                 autotune: str = "protocol", autotune_store: Path | None = None) -> dict:
     """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
     the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
     (score it with `hotshape score`). `lanes` operators at once (`eval --lanes`); `triton_cache`: the root of
     the per-file compile caches a later run reuses (None: each worker compiles afresh); `label` suffixes the
-    file names (a cold and a warm run side by side). OUT/triton_reference{label}_summary.json: wall seconds,
-    stages, and the seconds of every evaluator step summed over problems."""
+    file names (a cold and a warm run side by side); `autotune`, `autotune_store`: `eval --autotune`,
+    `--autotune-store`. OUT/triton_reference{label}_summary.json: wall seconds, stages, and the seconds of every
+    evaluator step summed over problems."""
     sub = REPO / "examples" / "submissions" / "triton_reference"
     t0 = time.monotonic()
 
@@ -264,7 +266,8 @@ def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] 
             f"ref={_us(verdict.t_reference_s):>10} {time.monotonic() - t0:5.0f} s "
             f"{(verdict.error or '')[:100]}")
 
-    config = EvalConfig(memory_cgroup=False, device=device, triton_cache=triton_cache)
+    config = EvalConfig(memory_cgroup=False, device=device, triton_cache=triton_cache, autotune=autotune,
+                        autotune_store=autotune_store)
     rows = evaluate(sub, release, config=config, ops=ops, problems=problems, progress=progress, lanes=lanes)
     wall = time.monotonic() - t0
     path = out / f"triton_reference{label}.parquet"
@@ -310,6 +313,10 @@ def main() -> int:
     ap.add_argument("--triton-cache", type=Path, default=None,
                     help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
     ap.add_argument("--label", default="", help="suffix of the triton phase's file names")
+    ap.add_argument("--autotune", choices=("protocol", "triton"), default="protocol",
+                    help="the triton phase's eval --autotune (protocol: the evaluator's autotuning protocol)")
+    ap.add_argument("--autotune-store", type=Path, default=None,
+                    help="the triton phase's eval --autotune-store (default: the evaluator's, under ~/.cache)")
     ap.add_argument("--stack-dump-s", type=float, default=None,
                     help="print every thread's stack after this many seconds (a run that seems stuck)")
     args = ap.parse_args()
@@ -326,7 +333,7 @@ def main() -> int:
     if "triton" in phases:
         phase_triton(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                      args.problems.split(",") if args.problems else None, args.device, args.lanes, args.triton_cache,
-                     args.label)
+                     args.label, args.autotune, args.autotune_store)
     if "full" in phases:
         phase_full(release, out, [o for o in args.full_ops.split(",")] if args.full_ops else None,
                    args.full_per_op)

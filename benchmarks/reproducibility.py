@@ -86,10 +86,22 @@ def lines(found: dict) -> list[str]:
     return out
 
 
+def run_frame(paths: str, read):
+    """One run's rows from its results files (comma-separated: a run evaluated in parts, one file each), read with
+    `read(path) -> polars frame`; a problem in two parts is refused, naming it."""
+    import polars as pl
+
+    frame = pl.concat([read(Path(path)) for path in paths.split(",") if path], how="diagonal_relaxed")
+    twice = frame.filter(pl.col("problem_id").is_duplicated())["problem_id"].unique().sort().to_list()
+    if twice:
+        raise SystemExit(f"reproducibility: {paths}: problem {twice[0]} is in more than one part of the run")
+    return frame
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("first", type=Path)
-    parser.add_argument("second", type=Path)
+    parser.add_argument("first", help="the first run's results file (comma-separated files: a run in parts)")
+    parser.add_argument("second", help="the second run's, likewise")
     parser.add_argument("--release", required=True)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -99,7 +111,7 @@ def main() -> int:
     from release.bundle import read_release
 
     release = read_release(args.release)
-    frames = [pl.from_arrow(read_results(path)) for path in (args.first, args.second)]
+    frames = [run_frame(paths, lambda path: pl.from_arrow(read_results(path))) for paths in (args.first, args.second)]
     found = compare(*frames, release)
     print("\n".join(lines(found)))
     if args.json:

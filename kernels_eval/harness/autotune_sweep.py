@@ -62,9 +62,9 @@ def sweep(discover, record, replay, budget: Budget, *, file_sha256: str, problem
           triton: str, choices: ChoiceStore | None = None) -> Record:
     """The protocol's Record for one problem. `discover()` is the worker's discovery reply; `record(pins)` records
     the call's program with those configurations pinned (None when the call fails or its outputs are wrong);
-    `replay(program, first)` times it in the trusted replay (`first`: the configuration's first timing, whose
-    replay also judges the program's outputs on fresh inputs): (seconds per timed call, µs per call by kernel
-    name), or None when the replay does not reproduce the reference. A (kernel, key) whose choice `choices`
+    `replay(program)` times it in the trusted replay, on fresh inputs whose timed calls' outputs are judged:
+    (seconds per timed call, µs per call by kernel name), or None when the replay does not reproduce the
+    reference. A (kernel, key) whose choice `choices`
     keeps (decided by an earlier problem that reached the same key, as Triton's own autotuner shares one
     decision per key) is pinned at it without a sweep, when this problem's pruning keeps that configuration;
     each other tuned kernel's configurations are timed in interleaved rounds (`_rounds`), decided by the rule
@@ -115,7 +115,7 @@ def _rounds(k: KernelChoice, pins: dict, record, replay, budget: Budget, program
     timing = list(programs)
     for round_ in range(budget.rounds):
         for index in timing:
-            timed = replay(programs[index], round_ == 0)
+            timed = replay(programs[index])
             if timed is None:
                 continue
             times_s, kernel_us = timed

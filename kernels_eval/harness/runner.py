@@ -94,7 +94,9 @@ def evaluate(submission: str | Path, release: ReleaseView | str | Path, *, confi
               and r["problem_id"] not in skip]
     hardware = config.hardware or detect_hardware(config.device, release.hardware_names)
     roof = release.roofline(hardware)
-    config = replace(config, memory_accounting=limits.memory_accounting(require_cgroup=config.memory_cgroup))
+    # the detected hardware names the run's autotuning choices too (autotune_protocol.ChoiceStore)
+    config = replace(config, hardware=hardware,
+                     memory_accounting=limits.memory_accounting(require_cgroup=config.memory_cgroup))
     base = {"submission": submission.name, "release": release.name, "run_id": run_id or new_run_id(),
             "run": config.run, "hardware": hardware, "device": config.device,
             "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -29,7 +29,7 @@ KEYS = {"file_sha256": "ab" * 32, "problem_id": "s1", "hardware": "H200", "trito
 
 def scripted(us_by_index: dict[int, list[float]], wrong=(), unreplayable=()):
     """(record, replay, recorded, replayed) answering per pinned configuration: its own µs per call in each
-    successive round; `replayed` lists (index, first) of each replay asked for."""
+    successive round; `replayed` lists the index of each replay asked for."""
     rounds: dict[int, int] = {}
     recorded, replayed = [], []
 
@@ -38,9 +38,9 @@ def scripted(us_by_index: dict[int, list[float]], wrong=(), unreplayable=()):
         recorded.append(pins)
         return None if index in wrong else Recorded({"index": index}, 7)
 
-    def replay(program, first):
+    def replay(program):
         index = program.program["index"]
-        replayed.append((index, first))
+        replayed.append(index)
         if index in unreplayable:
             return None
         k = rounds[index] = rounds.get(index, -1) + 1
@@ -56,8 +56,7 @@ def test_the_sweep_times_each_pinned_configuration_and_chooses_inside_the_band()
     record, replay, recorded, replayed = scripted({0: [2.6] * 3, 2: [2.02, 2.0, 2.03], 5: [2.0, 1.99, 2.0]})
     result = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS)
     assert recorded == [{"gemm": {KEY: 0}}, {"gemm": {KEY: 2}}, {"gemm": {KEY: 5}}]
-    # interleaved rounds; only each configuration's first replay judges it on fresh inputs
-    assert replayed == [(0, True), (2, True), (5, True), (2, False), (5, False), (2, False), (5, False)]
+    assert replayed == [0, 2, 5, 2, 5, 2, 5]  # interleaved rounds
     (gemm,) = result.kernels  # "single" has one configuration: nothing to decide
     assert gemm.chosen == 2 and gemm.chosen_config == "BLOCK: 32" and gemm.measure == "kernel"
     assert gemm.dropped == [0] and gemm.rounds_s[0] == pytest.approx([2.6e-6])
@@ -70,11 +69,16 @@ def test_a_clear_leader_after_the_first_round_is_chosen_without_more_rounds():
     # 1.0 against 1.3 and 1.26: both others beyond drop_above (25%) of the leader
     record, replay, _, replayed = scripted({0: [1.3], 2: [1.0], 5: [1.26]})
     (gemm,) = autotune_sweep.sweep(lambda: TUNED, record, replay, Budget(), **KEYS).kernels
-    assert replayed == [(0, True), (2, True), (5, True)]
+    assert replayed == [0, 2, 5]
     assert gemm.chosen == 2 and gemm.dropped == [0, 5] and gemm.figure_s == {2: pytest.approx(1.0e-6)}
     # a configuration that fails a later round is not eligible: the other survivor is chosen
     record, replay, _, replayed = scripted({0: [1.0, 1.0], 2: [1.01, 1.0, 1.01], 5: [1.1, 1.1, 1.1]})
-    unreliable = lambda program, first: None if program.program["index"] == 0 and not first else replay(program, first)  # noqa: E731
+    calls = []
+
+    def unreliable(program):  # configuration 0 is not reproduced in its second round
+        calls.append(program.program["index"])
+        return None if calls.count(0) == 2 and calls[-1] == 0 else replay(program)
+
     (gemm,) = autotune_sweep.sweep(lambda: TUNED, record, unreliable, Budget(), **KEYS).kernels
     assert gemm.chosen == 2 and set(gemm.figure_s) == {2, 5} and gemm.dropped == []
 
@@ -92,7 +96,7 @@ def test_every_kernel_is_pinned_while_another_is_swept_and_the_last_recording_is
         recorded.append(pins)
         return Recorded({"pins": pins}, 7)
 
-    def replay(program, first):
+    def replay(program):
         pins = program.program["pins"]
         return [1e-6], {name: us[(name, pins[name][key])] for name, key in (("gemm", KEY), ("down", "(8,)"))}
 
@@ -238,10 +242,10 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
     swept = [(i, 2, 0.02) for i in (0, 2, 5)] + [(i, 2, 0.02) for i in (2, 5)] * 2
     assert [t for t in replayer.timed if t[2] == Budget().budget_s] == swept
     assert replayer.timed[-1] == (5, operator_judge.TIMING_SETS, config.timing_budget_s)
-    # every configuration timed on the same two input sets; each judged on fresh inputs in its first replay only
+    # every configuration timed on the same two input sets (its timed calls' outputs judged there), no other run
     sweep_seeds = replayer.seeds[:len(swept)]
     assert len({seeds for seeds, _ in sweep_seeds}) == 1 and len(sweep_seeds[0][0]) == 2
-    assert [check for _, check in sweep_seeds] == [True] * 3 + [False] * 4
+    assert [check for _, check in sweep_seeds] == [False] * 7
     assert replayer.seeds[-1] == ((), True)  # the timing that scores: fresh inputs of its own, judged
     # one worker call per configuration; the chosen one's recording is the program timed, not recorded again
     assert [m["cmd"] for m in judge.sent] == ["sweep", "call", "call", "call"]

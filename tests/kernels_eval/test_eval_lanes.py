@@ -460,3 +460,21 @@ def test_a_lane_starts_workers_a_few_units_ahead(monkeypatch, tmp_path):
     for k, op in enumerate(ops):  # by a unit's judging, the next LANE_AHEAD units' workers are starting
         started = [o for kind, o in events[:events.index(("judged", op))] if kind == "started"]
         assert started == ops[:min(len(ops), k + 1 + schedule.LANE_AHEAD)]
+
+
+def test_a_run_without_a_stated_hardware_judges_with_the_detected_one(monkeypatch, tmp_path):
+    """The detected hardware is in every judge's config, not only in the rows: the autotuning protocol keeps its
+    choices per hardware (a config left at None filed them all under one name)."""
+    seen = []
+
+    def judge(op, file, plist, config, workdir, progress, worker=None, defer_timing=False):
+        seen.append(config.hardware)
+        return {p.problem_id: Verdict(stage="done") for p in plist}
+
+    monkeypatch.setattr(schedule, "_judge_operator", judge)
+    monkeypatch.setattr(runner, "detect_hardware", lambda device, known=(): "H200")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "rms_norm.py").write_text("class Model: pass\n")
+    rows = runner.evaluate(sub, _view({"rms_norm": 2}), config=runner.EvalConfig(device="cpu", sandbox=False))
+    assert seen == ["H200"] and {r["hardware"] for r in rows} == {"H200"}

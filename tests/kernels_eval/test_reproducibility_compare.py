@@ -42,3 +42,12 @@ def test_one_problem_that_moved_by_a_fifth_misses_the_bar_and_is_named(script):
     assert found["bar"] == {"S_agg within 1%": False, "every S_op within 3%": False,
                             "95% of problems within 3%": False, "no problem beyond 10%": False}
     assert "  MISSED: no problem beyond 10%" in script.lines(found)
+
+
+def test_a_run_in_parts_is_its_parts_rows_together_and_a_problem_in_two_parts_is_refused(script):
+    parts = {"p1.parquet": frame([row("a1", t=2.0), row("a2", t=4.0)]), "p2.parquet": frame([row("g1", t=10.0)])}
+    whole = script.run_frame("p1.parquet,p2.parquet", lambda path: parts[path.name])
+    assert sorted(whole["problem_id"].to_list()) == ["a1", "a2", "g1"]
+    parts["p3.parquet"] = frame([row("a2", t=4.1)])
+    with pytest.raises(SystemExit, match="p1.parquet,p3.parquet: problem a2 is in more than one part"):
+        script.run_frame("p1.parquet,p3.parquet", lambda path: parts[path.name])
