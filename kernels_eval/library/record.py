@@ -34,15 +34,17 @@ def baseline_row(base: dict, p: Problem, verdict: Verdict, path: str, t_roof: fl
 def run_baseline(out: str | Path, release_path: str | Path, device: str, *, ops: list[str] | None = None,
                  problem_ids: list[str] | None = None, sets: int = 1, budget_s: float = 0.15, max_calls: int = 200,
                  isolate: bool | None = None, problem_timeout_s: float = 180.0, progress=None) -> list[dict]:
-    """The baseline rows of a release's problems (those of `ops` / `problem_ids` when given), written to results
-    file `out`. `isolate` (default: on a GPU) judges them in child processes."""
+    """The baseline rows of a release's problems (those of `ops`, in that order, / `problem_ids` when given), written
+    to results file `out`. `isolate` (default: on a GPU) judges them in child processes."""
     release = read_release_view(release_path)
     out = Path(out)
     check_out(out)
     key = host_key()
     hardware = detect_hardware(device, release.hardware_names)
     roof = release.roofline(hardware)
-    chosen = [Problem(r) for r in sorted(release.problems, key=lambda r: (r["operator"], r["problem_id"]))
+    rank = {op: i for i, op in enumerate(ops or ())}  # operators in the order given (a cut run keeps the first)
+    chosen = [Problem(r) for r in sorted(release.problems, key=lambda r: (rank.get(r["operator"], 0), r["operator"],
+                                                                          r["problem_id"]))
               if (ops is None or r["operator"] in ops) and (problem_ids is None or r["problem_id"] in problem_ids)]
     base = {"submission": LIBRARY, "release": release.name, "run_id": new_run_id(),
             "run": next_run(out, LIBRARY, hardware), "hardware": hardware, "device": device,
