@@ -124,3 +124,19 @@ def test_score_report_and_leaderboard_have_no_chart_clipped_in_chromium(hostile_
     board = tmp_path / "leaderboard.html"
     board.write_text(leaderboard_html(leaderboard(rows, FakeRelease({1: V1})), "Leaderboard"), encoding="utf-8")
     assert clipped(score_page) == [] and clipped(board) == []
+
+
+def test_the_library_sections_show_hostile_names_as_text(hostile_scores):
+    """The score report's library line (kernels_eval/library/display.py → templates/library.html) escapes too."""
+    _, scores, per_problem = hostile_scores
+    op = HOSTILE[0]
+    vs = {"coverage_weight": 0.6, "S_agg_submission_covered": 0.5, "S_agg_library": 0.4, "toward_roofline": 0.1667,
+          "operators": {op: {"W_op": 0.6, "S_op_submission": 0.5, "S_op_library": 0.4, "toward_roofline": 0.1667,
+                             "path": HOSTILE[1], "why_none": None}},
+          "problems": [{"problem_id": "a1", "operator": op, "weight": 0.2, "t_roofline_s": 1.0, "t_library_s": 2.5,
+                        "t_submission_s": 2.0, "S_library": 0.4, "S_submission": 0.5, "toward_roofline": 0.1667}]}
+    library = {"hardware": HOSTILE[2], "S_agg": None, "measured": False, "coverage_weight": 0.6, "W_op": {op: 0.6},
+               "S_op": {op: None}, "path": {op: HOSTILE[1]}, "why_none": {}}
+    page = score_report([{**scores[0], "vs_library": vs}], per_problem, "Scores", [library])
+    assert "Against the library" in page and "per problem" in page
+    assert_inert(page, HOSTILE)
