@@ -7,20 +7,22 @@ block_scaled_mm file scored 37.5 µs on one run and 12.6 µs on another. Here in
 
 - every configuration the candidate's autotuner would consider for the problem's key (its own pruning
   applied) is timed by the evaluator's timing (CUPTI records between the evaluator's markers, judged in the
-  parent), in `Budget.rounds` interleaved rounds of a fixed per-configuration budget;
+  parent), in up to `Budget.rounds` interleaved rounds of a fixed per-configuration budget; after the first round
+  only those within `Budget.drop_above` of its fastest go on (`survivors`);
 - a configuration's figure is the median over rounds of its round medians of the autotuned kernel's own device
   time per call (the records named after the kernel; the whole call's span where none is named so);
 - the choice rule (`choose`): the first configuration in the autotuner's order whose figure is within
   `Budget.noise_band` of the fastest. Two runs whose fastest configurations differ only by noise still pick
   the same one when it is first in order, and where they do not, the times they score differ by at most the
   band;
-- the choice is kept per (file sha256, problem, hardware, Triton version) in a `ChoiceStore` the sandbox never
-  shows, and reused: a re-run pins the kept configuration and decides nothing;
+- the choice is kept in a `ChoiceStore` the sandbox never shows, per (Triton version, file sha256, hardware) and
+  problem, and per (kernel, tuning key): as Triton's own autotuner decides once per key, a later problem reaching
+  a decided key pins its choice; a re-run pins the kept configurations and decides nothing;
 - the row records it (`row_text`: results column `autotune_config`).
 
 Pure standard library: the logic here (budget, rule, record, store) is tested on a CPU; the GPU part that times
-each configuration is `runner.OperatorJudge._autotune` over the worker's `sweep` command (autotune_pins.py pins
-a configuration in the worker).
+each configuration is autotune_sweep.py, driven by autotune_judge.py over the worker's `sweep` command
+(autotune_pins.py pins a configuration in the worker).
 """
 
 from __future__ import annotations
@@ -65,14 +67,6 @@ class Budget:
                 or self.drop_above < self.noise_band:
             raise ProtocolError(f"autotuning budget: noise_band in [0, 1), budget_s > 0, warmup_s >= 0, "
                                 f"drop_above >= noise_band ({self})")
-
-    def seconds(self, configs: int, call_s: float = 0.0, overhead_s: float = 0.005) -> float:
-        """Upper estimate of the device seconds of sweeping `configs` configurations of one kernel whose call takes
-        `call_s`: per configuration and round, the warm-up, two budgets (settling, measuring), the calls the loop
-        makes beyond them (3 warm-up + 5 calibrating + 5 sizing + `min_calls` twice at the least) and a fixed
-        overhead (shield calibration, the loop's synchronisations)."""
-        calls = 13 + 2 * self.min_calls
-        return configs * self.rounds * (self.warmup_s + 2 * self.budget_s + calls * call_s + overhead_s)
 
 
 DEFAULT_BUDGET = Budget()

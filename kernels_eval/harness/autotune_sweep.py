@@ -7,7 +7,8 @@ A configuration's figure in a round is the replay's µs per call of the autotune
 name), else the median replayed call: a cheap kernel beside an expensive one is compared on its own time, not
 within the noise of the whole call. A configuration whose call fails, whose outputs are wrong or whose program
 the replay does not reproduce is not eligible. Kernels are decided in the order the call first reached them, each
-with the earlier ones pinned at their choice.
+with the earlier ones pinned at their choice and the later ones at their kept choice or first kept configuration;
+a (kernel, key) an earlier problem decided is not swept again (its choice is kept per key).
 
 Everything the worker sends (kernel names, keys, configuration texts, indices) is bounded and sanitised here
 before it reaches a record or a row; the choice rests only on the replay's times.

@@ -72,10 +72,8 @@ def test_the_rule_on_random_figures_matches_its_statement():
         assert all(med[i] > best * (1 + band) for i in order[:order.index(chosen)])
 
 
-def test_budget_is_validated_and_its_cost_estimate_is_the_stated_sum():
-    b = Budget(rounds=3, budget_s=0.02, min_calls=10, warmup_s=0.01)
-    # per configuration and round: 0.01 warm-up + 2 x 0.02 budgets + (13 + 2 x 10) calls of 1 ms + 5 ms overhead
-    assert b.seconds(4, call_s=1e-3) == pytest.approx(4 * 3 * (0.01 + 0.04 + 0.033 + 0.005))
+def test_budget_is_validated():
+    # its cost is estimated by benchmarks/autotune_protocol_cost.py from recorded step times
     for bad in ({"rounds": 0}, {"noise_band": 1.0}, {"budget_s": 0}, {"min_calls": 60, "max_calls": 50},
                 {"noise_band": 0.05, "drop_above": 0.04}):
         with pytest.raises(ProtocolError, match="autotuning budget"):
