@@ -199,3 +199,25 @@ def test_a_sweeps_timing_only_replay_times_on_the_callers_seeds_and_runs_nothing
     assert timing_only.seeds == [] and timing_only.time_calls and timing_only.time_seeds == [11, 12]
     assert timing_only.budget_s == 0.02 and timing_only.max_calls == 50
     assert len(judged.seeds) == 2 and len(judged.time_seeds) == 2 and not {1, 2, 11, 12} & set(judged.time_seeds)
+
+
+def test_the_replay_keeps_the_kernels_it_rebuilt_for_the_same_sources(monkeypatch):
+    """Every protocol round and every configuration of one kernel sends the same kernel sources: the replay process
+    rebuilds them once and reuses those triton.jit functions (their compiled specializations with them); another
+    source, alias or constant is built afresh, and a refused kernel is refused every time."""
+    pytest.importorskip("triton")
+    from kernels_eval.harness import replay
+
+    built = []
+    monkeypatch.setattr(replay, "_built", {})
+    monkeypatch.setattr(replay, "build", lambda kernels: built.append(kernels) or {k.name: object() for k in kernels})
+    kernels = _program().kernels
+    first = replay.built_kernels(kernels)
+    assert replay.built_kernels(decode_program(encode(_program(grid=(9, 1, 1)))).kernels) is first
+    other = (KernelSource(name="k", source=kernels[0].source, aliases={"tl": "triton.language"}, constants={"N": 4}),)
+    assert replay.built_kernels(other) is not first and len(built) == 2
+    monkeypatch.setattr(replay, "build", lambda kernels: (_ for _ in ()).throw(KernelRefused("kernel k: refused")))
+    bad = (KernelSource(name="k", source="def k(x):\n    import os\n", aliases={}),)
+    for _ in range(2):
+        with pytest.raises(KernelRefused):
+            replay.built_kernels(bad)
