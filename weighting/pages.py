@@ -56,9 +56,13 @@ def wrap_label(label: str, width: int = LABEL_CHARS) -> str:
 
 
 def svg_bytes(fig) -> bytes:
-    """The figure as SVG, text drawn as paths (no font needed where the page is opened), no date in it."""
+    """The figure as SVG, text drawn as paths (no font needed where the page is opened), with no date and fixed ids:
+    the same figure gives the same bytes, so two pages of the same data are the same file."""
+    import matplotlib
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.1, metadata={"Date": None})
+    with matplotlib.rc_context({"svg.hashsalt": "hotshape", "svg.fonttype": "path"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.1, metadata={"Date": None})
     return buf.getvalue()
 
 

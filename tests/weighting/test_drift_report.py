@@ -148,6 +148,11 @@ def test_the_report_marks_movements_beyond_the_bootstrap_intervals():
     assert "Beyond the bootstrap" not in render_html(report)
 
 
+def test_the_same_drift_gives_the_same_page(report):
+    """Chart ids are fixed (svg.hashsalt) and no date is written: a page can be diffed and content-addressed."""
+    assert render_html(report, "v1", "v2") == render_html(report, "v1", "v2")
+
+
 def test_charts_scale_to_the_page_and_meanings_are_escaped(report):
     """Regression: the movers chart ran past a 1,400 px window (widths guessed from label lengths) and the phase
     row's meaning lost its `weight_<phase>` to the HTML parser."""
