@@ -25,7 +25,7 @@ its Model as the evaluator calls it):
 Timing: the evaluator's loop (kernels_eval.harness.timing.time_calls: CUDA events, L2 flushed and a launch
 shield queued before each call, settling), after a first untimed call (ours autotunes there), median of at
 least --reps (>= 20) calls. TFLOP/s use the work models'
-flops() (catalogue/work/<op>.py), the same count for both sides; ratio = library time / our time (= our
+flops() (catalogue/operators/<op>/__init__.py), the same count for both sides; ratio = library time / our time (= our
 rate / library rate). Each operator runs in its own child process so a crash (an illegal memory access
 poisons the CUDA context) loses only that operator. Writes --out (JSON) and prints a table last; about
 100 s on an H200 (most of it the autotuners' first calls).
@@ -60,7 +60,7 @@ GEMM_SHAPES = ((4096, 4096, 4096), (8192, 4096, 4096), (16384, 4096, 4096), (819
 # ---- shapes (no torch, no GPU) ---------------------------------------------------------------------------
 
 def flops(op: str, kwargs: dict) -> int:
-    from catalogue.work import load_work
+    from catalogue.operators import load_work
 
     return int(load_work(op).flops(**kwargs))
 

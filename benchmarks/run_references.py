@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from kernels_eval import registry  # noqa: E402
 from catalogue.hardware import load_hardware  # noqa: E402
 from catalogue.roofline import problem_roofline  # noqa: E402
-from catalogue.work import CATALOGUE_OPERATORS  # noqa: E402
+from catalogue.operators import CATALOGUE_OPERATORS  # noqa: E402
 
 FIELDS = ["operator", "shape_id", "status", "error", "wall_s", "inputs_s", "peak_mem_gb", "outputs", "nan_outputs",
           "flops", "bytes_read", "bytes_written", "path", "t_roofline_s", "t_roofline_measured_s"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from catalogue.work._common import PATHS
+from catalogue.operators._common import PATHS
 
 DEFAULT_PATH = Path(__file__).with_name("hardware.yaml")
 _TERA = 1e12

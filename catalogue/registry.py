@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from catalogue.vocabulary import OPERATOR_TRAITS
-from catalogue.work import CATALOGUE_OPERATORS, MODELLED_OPERATORS, OPERATORS, load_work
-from catalogue.work._common import PATHS, Smoke
+from catalogue.operators import CATALOGUE_OPERATORS, MODELLED_OPERATORS, OPERATORS, load_work
+from catalogue.operators._common import PATHS, Smoke
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,9 @@ def traits(name: str) -> frozenset[str]:
     declared = frozenset(getattr(w, "TRAITS", ()))
     unknown = sorted(declared - set(OPERATOR_TRAITS))
     if unknown:
-        raise ValueError(f"catalogue/work/{name}.py: TRAITS {unknown} not in {', '.join(OPERATOR_TRAITS)}")
+        raise ValueError(f"catalogue/operators/{name}/__init__.py: TRAITS {unknown} not in {', '.join(OPERATOR_TRAITS)}")
     if "attention" in declared and not callable(getattr(w, "phase_of_shape", None)):
-        raise ValueError(f"catalogue/work/{name}.py: an attention operator defines phase_of_shape(shape)")
+        raise ValueError(f"catalogue/operators/{name}/__init__.py: an attention operator defines phase_of_shape(shape)")
     return declared
 
 

@@ -30,8 +30,17 @@ DONE = "done"
 # time at least one of its records runs (the union of their intervals; the trusted replay's, host gaps excluded).
 TIMING_RULES = ("kernel_span", "device_busy")
 
-# What an operator's work model declares it is (catalogue/work/<op>.py TRAITS), so that code reads the trait and
-# never the operator's name: attention, its calls' shapes tell the serving phase of the step they run in (the
-# work model's `phase_of_shape`); not_serving, no LLM serving step runs it (GroupNorm: a diffusion model's VAE),
-# so a trace that holds it has no serving phases.
-OPERATOR_TRAITS = ("attention", "not_serving")
+# What an operator declares it is (TRAITS in catalogue/operators/<op>/__init__.py), so that code reads the trait and
+# never the operator's name:
+#   attention: its calls' shapes tell the serving phase of the step they run in (the folder's `phase_of_shape`);
+#   not_serving: no LLM serving step runs it (GroupNorm: a diffusion model's VAE), so a trace that holds it has no
+#     serving phases;
+#   paged_kv: it reads a paged KV cache, whose block size a call that does not show it takes from the trace's
+#     cache writes; kv_cache_write: it writes that cache (its calls show the block size);
+#   moe_from_grouped_mm: an MoE block's two aten::_grouped_mm calls and its router's aten::topk are one problem of it;
+#   dense_gemm: a GEMM that a kernel-name rule names, which between two convolution kernels is that convolution's;
+#   hosts_gemm_kernels: its backends run GEMM kernels between its own (a convolution's), which belong to it;
+#   sampling: a step's token sampling (a step's kernels after it belong to the next step);
+#   qkv_rotary: the rotation of q and k between a layer's QKV projection and its KV-cache write (one operator).
+OPERATOR_TRAITS = ("attention", "not_serving", "paged_kv", "kv_cache_write", "moe_from_grouped_mm", "dense_gemm",
+                   "hosts_gemm_kernels", "sampling", "qkv_rotary")

@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
+from catalogue.registry import operators_with
 from ingest.columns import repeated
 from ingest.graphs import attribute_graphs
 from ingest.neighbours import join_convolution_neighbours, rope_before_cache_write
@@ -18,6 +19,8 @@ from ingest.schema import CLASSIFIED_EVENT_COLUMNS, OP_SHAPE_TIME_COLUMNS, confo
 from ingest.taxonomy import Taxonomy, load_taxonomy
 
 CLASSIFIED_COLUMNS = ("operator", "shape", "phase", "phase_rule")
+# What the operators declare (catalogue.vocabulary.OPERATOR_TRAITS), read here instead of their names.
+_MOE_FROM_GROUPED_MM = operators_with("moe_from_grouped_mm")
 EMPTY_SHAPE = "{}"
 
 
@@ -40,7 +43,7 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
     launched before them gives tokens and top_k (one call alone shows only tokens × top_k rows).
 
     The plain version of _hf_moe_problems_by_key: every row read on its own."""
-    if "fused_moe" not in operators:
+    if _MOE_FROM_GROUPED_MM.isdisjoint(operators):
         return
     devices, ts = events["device"].to_list(), events["ts_ns"].to_list()
     order = sorted(range(events.height), key=lambda i: (devices[i] or 0, ts[i]))
@@ -50,7 +53,7 @@ def _hf_moe_problems(events: pl.DataFrame, operators: list[str], kwargs_list: li
         chain = chains[i] or []
         if "aten::topk" in chain:
             router = router_topk(args_of(i, chain.index("aten::topk")))
-        call = grouped_mm_call(kwargs_list[i]) if operators[i] == "fused_moe" and chain and chain[-1] == "aten::_grouped_mm" else None
+        call = grouped_mm_call(kwargs_list[i]) if operators[i] in _MOE_FROM_GROUPED_MM and chain and chain[-1] == "aten::_grouped_mm" else None
         if call is not None and previous is not None and previous == (call, kwargs_list[i]):
             calls[-1][1].append(i)  # another kernel of the same call
         elif call is not None:
@@ -80,14 +83,14 @@ def _hf_moe_problems_by_key(events: pl.DataFrame, key_of: list[int], operators: 
     """_hf_moe_problems with each combination's router and call read once (`operators`, `kwargs_list`,
     `chains` and `args_of(k, depth)` per combination, `key_of` each row's); the rows' kwargs are
     rewritten in `row_kwargs`. Tuned for speed (oracle: tests/ingest/test_fast_paths.py)."""
-    if "fused_moe" not in operators:
+    if _MOE_FROM_GROUPED_MM.isdisjoint(operators):
         return
     calls_of: list[tuple | None] = []
     routers: list = []
     for k, chain in enumerate(chains):
         chain = chain or []
         routers.append(router_topk(args_of(k, chain.index("aten::topk"))) if "aten::topk" in chain else _NO_ROUTER)
-        call = grouped_mm_call(kwargs_list[k]) if operators[k] == "fused_moe" and chain and chain[-1] == "aten::_grouped_mm" else None
+        call = grouped_mm_call(kwargs_list[k]) if operators[k] in _MOE_FROM_GROUPED_MM and chain and chain[-1] == "aten::_grouped_mm" else None
         calls_of.append(None if call is None else (call, kwargs_list[k]))
     if all(c is None for c in calls_of):
         return

@@ -90,7 +90,7 @@ def register(subparsers) -> None:
     # one value per flag: with nargs="+" `--capture C T --out D` took the trace T as a second capture
     p.add_argument("--capture", action="append", metavar="CAPTURE",
                    help="a graph-capture trace explaining CUDA/HIP-graph replays (repeat the flag for more)")
-    p.add_argument("--taxonomy", help="operator taxonomy YAML to use instead of the shipped one")
+    p.add_argument("--taxonomy", help="a complete operator taxonomy YAML (every rule in one file) to use instead of the shipped one")
     p.add_argument("--jobs", type=int, default=None, help="traces ingested at once (default: every core once the input is over 20 MB)")
     add_cluster_argument(p)
     p.set_defaults(func=run_ingest)

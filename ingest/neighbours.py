@@ -7,6 +7,14 @@ import re
 
 import polars as pl
 
+from catalogue.registry import operators_with
+
+# What the operators declare (catalogue.vocabulary.OPERATOR_TRAITS), read here instead of their names.
+_CONVOLUTION = operators_with("hosts_gemm_kernels")
+_JOINS_CONVOLUTION = operators_with("dense_gemm") | _CONVOLUTION
+_CACHE_WRITES = operators_with("kv_cache_write")
+(_QKV_ROTARY,) = operators_with("qkv_rotary")  # exactly one operator is the rotation before the cache write
+
 
 def _lanes(events: pl.DataFrame) -> tuple[list[int], list[tuple], dict[int, int]]:
     """The kernel rows in time order per (device, stream): row numbers, each one's lane, each row's position."""
@@ -27,7 +35,7 @@ def join_convolution_neighbours(events: pl.DataFrame, operators: list[str], kwar
     no launch row. A convolution's helper kernel that its name alone made `convolution` (MIOpen's transposes,
     cuDNN's FFT and layout kernels, which its gradients run too) is backward work between two backward kernels."""
     candidates = [i for i, (operator, rule, op) in enumerate(zip(operators, rules, ops))
-                  if operator in ("gemm", "convolution") and op is None and rule.startswith("kernel_rules")]
+                  if operator in _JOINS_CONVOLUTION and op is None and rule.startswith("kernel_rules")]
     if not candidates:
         return
     rows, lanes, position = _lanes(events)
@@ -37,24 +45,26 @@ def join_convolution_neighbours(events: pl.DataFrame, operators: list[str], kwar
             continue
         around = {_conv_or_backward(operators[rows[k - 1]], rules[rows[k - 1]]),
                   _conv_or_backward(operators[rows[k + 1]], rules[rows[k + 1]])}
-        if operators[i] == "convolution":
-            if around == {"backward"}:
+        if operators[i] in _CONVOLUTION:
+            if around == {_BACKWARD}:
                 operators[i], kwargs_list[i] = "other", {}
-        elif around == {"convolution"}:
-            operators[i], kwargs_list[i] = "convolution", {}
+        elif len(around) == 1 and around <= _CONVOLUTION:
+            operators[i], kwargs_list[i] = next(iter(around)), {}
         elif None not in around:
             operators[i], kwargs_list[i] = "other", {}
 
 
+_BACKWARD = "backward"  # the taxonomy's rule name for backward-pass work
+
+
 def _conv_or_backward(operator: str, rule: str) -> str | None:
-    return "backward" if rule == "backward" else "convolution" if operator == "convolution" else None
+    return _BACKWARD if rule == _BACKWARD else operator if operator in _CONVOLUTION else None
 
 
 # Inductor names a pointwise kernel after the aten ops it was lowered from; a computed concatenation whose inputs
 # were inlined into it (vLLM's rotary embedding under torch.compile: o1 = x1*cos - x2*sin, o2 = x2*cos + x1*sin,
 # cat(o1, o2)) can keep the name of its cat alone, as a plain copy does.
 _CAT_ONLY = re.compile(r"^triton_poi_fused_cat_\d+$")
-_CACHE_WRITE = "reshape_and_cache"  # the operator of a KV-cache write (ingest/taxonomy.yaml)
 
 
 def rope_before_cache_write(events: pl.DataFrame, operators: list[str], kwargs_list: list[dict], rules: list[str]) -> None:
@@ -73,7 +83,7 @@ def rope_before_cache_write(events: pl.DataFrame, operators: list[str], kwargs_l
         if operators[i] == "memcpy" and rules[i].startswith("kernel_rules") and _CAT_ONLY.match(kernels[i]):
             run.append(i)
             continue
-        if run and operators[i] == _CACHE_WRITE:
+        if run and operators[i] in _CACHE_WRITES:
             for j in run:
-                operators[j], kwargs_list[j] = "fused_qkv_rope", {}
+                operators[j], kwargs_list[j] = _QKV_ROTARY, {}
         run = []

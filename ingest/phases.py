@@ -136,7 +136,7 @@ def merged_step(op_chain, annotation: str | None = None) -> Step | None:
 
 
 # Shape rule: what an attention call's shape says about the step it runs in (each attention operator's work model
-# holds its own rule: catalogue/work/<op>.py phase_of_shape).
+# holds its own rule: catalogue/operators/<op>/__init__.py phase_of_shape).
 _ATTENTION = operators_with("attention")
 
 

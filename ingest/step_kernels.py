@@ -18,8 +18,8 @@ from statistics import median
 from catalogue.registry import operators_with
 
 DEFAULT_PATH = Path(__file__).with_name("step_kernels.yaml")
-SAMPLING = "topk_filter"  # the operator of a step's sampling rows (ingest/taxonomy.yaml)
-ATTENTION = operators_with("attention")  # the work models declare it (catalogue/work/<op>.py TRAITS)
+SAMPLING = operators_with("sampling")  # the operators of a step's sampling rows
+ATTENTION = operators_with("attention")  # the work models declare it (catalogue/operators/<op>/__init__.py TRAITS)
 # Beside a prefill kernel, a decode kernel whose mean launch is under this share of its mean launch on the
 # trace's decode-only steps ran idle (vLLM launches it every step): the step is prefill, else mixed.
 IDLE_DECODE_SHARE = 0.25
@@ -59,10 +59,10 @@ def cut_steps(devices: list, ts: list[int], operators: list[str]) -> list[int]:
     for i in order:
         if devices[i] != device:
             step, device, sampled = step + 1, devices[i], False
-        elif sampled and operators[i] != SAMPLING:
+        elif sampled and operators[i] not in SAMPLING:
             step += 1
             sampled = False
-        sampled = sampled or operators[i] == SAMPLING
+        sampled = sampled or operators[i] in SAMPLING
         step_of[i] = step
     return step_of
 

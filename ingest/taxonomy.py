@@ -7,8 +7,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from catalogue.operators import MODELLED_OPERATORS, OPERATORS, folder
 from ingest.plain import plain
+
+# The rules of no operator (copies, collectives, `other`, roles, backward); each operator's own rules are in its
+# folder (catalogue/operators/<op>/taxonomy.yaml), merged with these by rank.
 DEFAULT_PATH = Path(__file__).with_name("taxonomy.yaml")
+RULE_SECTIONS = ("op_rules", "kernel_rules")
 OTHER = "other"
 
 
@@ -191,7 +196,7 @@ def _rules(path: str, doc: dict, section: str, operators: set[str], need: str) -
         where = f"{section}[{i}]"
         if not isinstance(item, dict):
             raise TaxonomyError(f"{path}: {where} must be a mapping")
-        unknown = set(item) - {"operator", "op", "kernel", "encloses"}
+        unknown = set(item) - {"operator", "op", "kernel", "encloses", "rank"}
         if unknown:
             raise TaxonomyError(f"{path}: {where} has unknown keys {sorted(unknown)}")
         operator = item.get("operator")
@@ -287,7 +292,40 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
 
 @lru_cache(maxsize=1)
 def _default() -> Taxonomy:
-    return parse_taxonomy(_document(DEFAULT_PATH), str(DEFAULT_PATH))
+    return parse_taxonomy(default_document(), str(DEFAULT_PATH))
+
+
+def default_document() -> dict:
+    """ingest/taxonomy.yaml with every operator folder's rules merged in: each section's rules in rank order
+    (a rank says where a rule is tried among all operators' rules, the lowest first; two rules of one rank are
+    refused, as their order would be the files' order)."""
+    doc = _document(DEFAULT_PATH)
+    if not isinstance(doc, dict):
+        raise TaxonomyError(f"{DEFAULT_PATH}: top level must be a mapping")
+    names = OPERATORS + MODELLED_OPERATORS
+    doc["operators"] = list(names) + list(doc.get("operators") or [])
+    ranked = {section: [(DEFAULT_PATH, item) for item in doc.get(section) or []] for section in RULE_SECTIONS}
+    for name in names:
+        path = folder(name) / "taxonomy.yaml"
+        own = _document(path)
+        if not isinstance(own, dict) or set(own) - set(RULE_SECTIONS):
+            raise TaxonomyError(f"{path}: must be a mapping of {' and '.join(RULE_SECTIONS)}")
+        for section in RULE_SECTIONS:
+            for item in own.get(section) or []:
+                if not isinstance(item, dict) or "operator" in item:
+                    raise TaxonomyError(f"{path}: each of {section} is a mapping without `operator` (the folder names it)")
+                ranked[section].append((path, {**item, "operator": name}))
+    for section, rules in ranked.items():
+        seen: dict[int, Path] = {}
+        for path, item in rules:
+            rank = item.get("rank") if isinstance(item, dict) else None
+            if not isinstance(rank, int) or isinstance(rank, bool):
+                raise TaxonomyError(f"{path}: every rule of {section} needs an integer `rank`")
+            if rank in seen:
+                raise TaxonomyError(f"{path}: {section} rank {rank} is taken already (by a rule in {seen[rank]})")
+            seen[rank] = path
+        doc[section] = [item for _, item in sorted(rules, key=lambda r: r[1]["rank"])]
+    return doc
 
 
 def _load(path: Path) -> Taxonomy:

@@ -84,7 +84,7 @@ def output_rules(op: str, ranks: dict[str, int]) -> dict[str, tuple[list, str]]:
     have `ranks` (a smoke shape of another rank, silu_and_mul's [1, 2, 32] say, has other outputs)."""
     import torch
 
-    work = importlib.import_module(f"catalogue.work.{op}")
+    work = importlib.import_module(f"catalogue.operators.{op}")
     mod = importlib.import_module(f"kernels_eval.operators.{op}")
     rules: dict[str, tuple[list, str]] = {}
     for smoke in work.SMOKE:
@@ -119,7 +119,7 @@ def output_dtypes(op: str, problem: dict, ranks: dict[str, int]) -> dict[str, st
     ranks with the problem's string kwargs (its dtypes: bf16, fp8, ...) in place of the smoke shape's."""
     import torch
 
-    work = importlib.import_module(f"catalogue.work.{op}")
+    work = importlib.import_module(f"catalogue.operators.{op}")
     mod = importlib.import_module(f"kernels_eval.operators.{op}")
     strings = {part: {k: v for k, v in problem[part].items() if isinstance(v, str)} for part in ("init_kwargs", "input_kwargs")}
     for smoke in work.SMOKE:
@@ -140,7 +140,7 @@ def _outputs(op: str, problem: dict) -> dict[str, tuple[tuple[int, ...], str]]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    work = importlib.import_module(f"catalogue.work.{op}")
+    work = importlib.import_module(f"catalogue.operators.{op}")
     mod = importlib.import_module(f"kernels_eval.operators.{op}")
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
@@ -154,7 +154,7 @@ def _outputs(op: str, problem: dict) -> dict[str, tuple[tuple[int, ...], str]]:
 def _axis_names(op: str, problems: list[dict], concrete: list[dict]) -> dict[tuple[str, int], str]:
     """(input, dim) -> axis name: the input kwarg that equals it in every problem (the one the smoke shapes
     agree on first), else `<input>_d<dim>`."""
-    work = importlib.import_module(f"catalogue.work.{op}")
+    work = importlib.import_module(f"catalogue.operators.{op}")
     ranks = {t: len(shape) for t, (shape, _) in concrete[0].items()}
     smoke_shapes, smoke = {}, work.SMOKE[0]
     for smoke in work.SMOKE:

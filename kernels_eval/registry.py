@@ -8,7 +8,7 @@ from types import ModuleType
 
 from catalogue.registry import (OperatorSpec, is_benchmarkable, merged_kwargs, operator_names,  # noqa: F401
                                 spec, split_kwargs, work, work_path)
-from catalogue.work import OPERATORS
+from catalogue.operators import OPERATORS
 
 
 def load_reference(name: str) -> ModuleType:

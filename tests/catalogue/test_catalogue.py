@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from catalogue import registry
-from catalogue.work import CATALOGUE_OPERATORS
+from catalogue.operators import CATALOGUE_OPERATORS
 
 README = Path(__file__).resolve().parents[2] / "kernels_eval" / "operators" / "README.md"  # the counting rules
 # The share of catalogue shapes whose W and Q both agree within 1%; README explains every exception.

@@ -87,7 +87,7 @@ def test_missing_table_is_named(tmp_path):
 def test_light_modules_do_not_import_torch():
     code = ("import sys\n"
             "import catalogue.hardware, catalogue.roofline, catalogue.registry, catalogue.vocabulary\n"
-            "from catalogue.work import OPERATORS, load_work\n"
+            "from catalogue.operators import OPERATORS, load_work\n"
             "[load_work(n) for n in OPERATORS]\n"
             "from catalogue.registry import operator_names, split_kwargs, is_benchmarkable, work\n"
             "from catalogue.roofline import problem_roofline\n"

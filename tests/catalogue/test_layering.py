@@ -69,7 +69,7 @@ def test_catalogue_works_with_only_what_the_gpu_machine_has():
     blocked = {"polars", "duckdb", "msgspec", "cryptography", "orjson", "fsspec", "dagster", "numpy", "pyarrow",
                "torch", "triton"}
     code = BLOCKED.format(blocked=blocked) + (
-        "import pkgutil, importlib, catalogue, catalogue.work\n"
+        "import pkgutil, importlib, catalogue, catalogue.operators\n"
         "for m in pkgutil.walk_packages(catalogue.__path__, 'catalogue.'):\n"
         "    importlib.import_module(m.name)\n"
         "from catalogue.roofline import problem_roofline\n"

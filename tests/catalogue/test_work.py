@@ -8,9 +8,9 @@ from math import comb
 import pytest
 
 from catalogue import registry
-from catalogue.work import OPERATORS
-from catalogue.work._common import PATHS, expected_distinct
-from catalogue.work.moe_align_block_size import expected_padded_tokens
+from catalogue.operators import OPERATORS
+from catalogue.operators._common import PATHS, expected_distinct
+from catalogue.operators.moe_align_block_size import expected_padded_tokens
 
 
 def w(op, init, inputs):

@@ -44,7 +44,7 @@ def layout_mismatches(root: Path, agents: str) -> list[str]:
         covered = set()
         for name in sorted(named):
             if "<" in name:
-                folder = name.rsplit("/", 1)[0]
+                folder = name.split("<", 1)[0].rstrip("/")  # operators/<op>/shapes.py: all under operators/
                 found = {m for m in every if m.startswith(folder + "/")}
             else:
                 found = {m for m in every if m == name or m.endswith("/" + name)}

@@ -52,7 +52,7 @@ def test_an_autocast_cast_inside_linear_is_no_gemm_problem(tmp_path):
     H200 trace: HF's casts wrapped in `aten::linear` as autocast records them)."""
     import yaml
 
-    from ingest.taxonomy import DEFAULT_PATH
+    from ingest.taxonomy import default_document
     from release.admission import refusals
 
     path = FIXTURES / "wild" / "autocast_linear_cast_derived.json.gz"
@@ -63,7 +63,7 @@ def test_an_autocast_cast_inside_linear_is_no_gemm_problem(tmp_path):
     assert not gemm["shape"].str.contains("b_dtype").any()
     # The taxonomy without roles makes those casts a GEMM problem that never ran (fp32 x bf16), which the
     # release's admission check refuses by name.
-    doc = yaml.safe_load(DEFAULT_PATH.read_text())
+    doc = default_document()
     del doc["roles"]
     old = tmp_path / "taxonomy.yaml"
     old.write_text(yaml.safe_dump(doc))

@@ -175,10 +175,40 @@ def test_the_shipped_taxonomy_is_read_from_its_yaml_and_writes_nothing_into_the_
     copy in the package's __pycache__)."""
     import yaml
 
+    from catalogue.operators import MODELLED_OPERATORS, OPERATORS, folder
     from ingest import taxonomy
 
     before = sorted(p.name for p in taxonomy.DEFAULT_PATH.parent.rglob("*.json"))
     taxonomy._default.cache_clear()
-    want = taxonomy.parse_taxonomy(yaml.safe_load(taxonomy.DEFAULT_PATH.read_text()), str(taxonomy.DEFAULT_PATH))
+    doc = yaml.safe_load(taxonomy.DEFAULT_PATH.read_text())
+    doc["operators"] = list(OPERATORS + MODELLED_OPERATORS) + doc["operators"]
+    for name in OPERATORS + MODELLED_OPERATORS:  # each operator's own rules, from its folder, by rank
+        own = yaml.safe_load((folder(name) / "taxonomy.yaml").read_text())
+        for section in taxonomy.RULE_SECTIONS:
+            doc[section] += [{**rule, "operator": name} for rule in own.get(section) or []]
+    for section in taxonomy.RULE_SECTIONS:
+        doc[section].sort(key=lambda rule: rule["rank"])
+    want = taxonomy.parse_taxonomy(doc, str(taxonomy.DEFAULT_PATH))
     assert taxonomy._default() == want
     assert sorted(p.name for p in taxonomy.DEFAULT_PATH.parent.rglob("*.json")) == before
+
+
+def test_the_operators_rules_are_tried_in_rank_order_and_a_rank_is_one_rules(tmp_path, monkeypatch):
+    """Each operator's rules come from its folder and run where their rank puts them among everyone's: the
+    fused-add norm's Inductor kernel rule (rank 40) is tried before the plain norm's (50), which matches too."""
+    from ingest import taxonomy
+
+    tax = load_taxonomy()
+    kernel = "triton_red_fused_add_mean_pow_rsqrt_0"
+    assert [r.operator for r in tax.kernel_rules if r.kernel.search(kernel)][:2] == ["fused_add_rms_norm", "rms_norm"]
+    assert tax.classify(kernel, "kernel", []).operator == "fused_add_rms_norm"
+    assert [r.where for r in tax.kernel_rules] == [f"kernel_rules[{i}]" for i in range(len(tax.kernel_rules))]
+    shipped, base = taxonomy.DEFAULT_PATH.read_text(), tmp_path / "taxonomy.yaml"
+    assert "- {rank: 90, operator: other, kernel:" in shipped
+    base.write_text(shipped.replace("- {rank: 90, operator: other, kernel:", "- {rank: 40, operator: other, kernel:"))
+    monkeypatch.setattr(taxonomy, "DEFAULT_PATH", base)
+    with pytest.raises(TaxonomyError, match="kernel_rules rank 40 is taken already"):
+        taxonomy.default_document()
+    base.write_text(shipped.replace("- {rank: 90, operator: other, kernel:", "- {operator: other, kernel:"))
+    with pytest.raises(TaxonomyError, match=f"{base}: every rule of kernel_rules needs an integer `rank`"):
+        taxonomy.default_document()

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from catalogue.work import load_work
+from catalogue.operators import load_work
 from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[2]

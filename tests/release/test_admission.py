@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ingest.store import TraceStore
-from ingest.taxonomy import DEFAULT_PATH
+from ingest.taxonomy import default_document
 from release.admission import MIN_OWN_WORK_SHARE, own_work, refusals
 from flow.build import build_release
 from release.bundle import ReleaseError
@@ -31,7 +31,7 @@ def _fleet(tmp_path):
 
 def _without_roles(tmp_path):
     """The shipped taxonomy as it was before kernel roles: no `roles`, so a fill inside SDPA is attention."""
-    doc = yaml.safe_load(DEFAULT_PATH.read_text())
+    doc = default_document()  # every operator folder's rules merged in
     del doc["roles"]
     path = tmp_path / "taxonomy_without_roles.yaml"
     path.write_text(yaml.safe_dump(doc))
