@@ -104,8 +104,9 @@ def test_an_incomplete_operator_is_caught(tmp_path, monkeypatch):
         registry.traits.cache_clear()
 
 
-# The agent's knowledge base matches the word "gemm" in kernel text, not the operator.
-NAMES_ALLOWED = {"kernels_eval/agent/knowledge.py"}
+# The agent's knowledge base matches the word "gemm" in kernel text, not the operator; the library baseline's table
+# holds one entry per operator (its torch library path), as kernels_eval/operators/ holds one reference each.
+NAMES_ALLOWED = {"kernels_eval/agent/knowledge.py", "kernels_eval/library/paths.py"}
 
 
 def operator_names_in_code(root: Path = REPO) -> list[str]:
