@@ -41,7 +41,7 @@ def largest(release: Path, op: str, top: int) -> list[dict]:
     """The `top` problems of `op` with the most FLOPs (the work model's count)."""
     import pyarrow.parquet as pq
 
-    from catalogue.work import load_work
+    from catalogue.operators import load_work
 
     rows = [r for r in pq.read_table(release / "public" / "manifest.parquet").to_pylist() if r["operator"] == op]
     work = load_work(op)

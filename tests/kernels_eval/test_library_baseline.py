@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from catalogue.registry import spec
-from catalogue.work import OPERATORS
+from catalogue.operators import OPERATORS
 from kernels_eval.library import paths
 from kernels_eval.library.baseline import NO_PATH, judge
 from kernels_eval.library.line import library_scores, split_baseline, toward_roofline, versus_library
