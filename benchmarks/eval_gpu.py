@@ -234,7 +234,7 @@ def log_step_seconds(steps: dict[str, dict[str, float]], rows: list[dict]) -> di
 
 def phase_triton(release, out: Path, ops: list[str] | None, problems: list[str] | None = None,
                  device: str = "cuda", lanes: int = 1, triton_cache: Path | None = None, label: str = "",
-                 autotune: str = "protocol", autotune_store: Path | None = None) -> dict:
+                 autotune: str = "triton", autotune_store: Path | None = None) -> dict:
     """The Triton reference submission (examples/submissions/triton_reference) on every problem of `ops`:
     the evaluator's verdict, timing and reference timing per problem, appended to OUT/triton_reference.parquet
     (score it with `hotshape score`). `lanes` operators at once (`eval --lanes`); `triton_cache`: the root of
@@ -313,7 +313,7 @@ def main() -> int:
     ap.add_argument("--triton-cache", type=Path, default=None,
                     help="the triton phase's persistent compile-cache root (default: none, every worker cold)")
     ap.add_argument("--label", default="", help="suffix of the triton phase's file names")
-    ap.add_argument("--autotune", choices=("protocol", "triton"), default="protocol",
+    ap.add_argument("--autotune", choices=("protocol", "triton"), default="triton",
                     help="the triton phase's eval --autotune (protocol: the evaluator's autotuning protocol)")
     ap.add_argument("--autotune-store", type=Path, default=None,
                     help="the triton phase's eval --autotune-store (default: the evaluator's, under ~/.cache)")

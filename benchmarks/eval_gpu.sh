@@ -6,8 +6,8 @@
 #     OUT=$OUT bash benchmarks/eval_gpu.sh adversarial,honest
 #     OUT=$OUT bash benchmarks/eval_gpu.sh full
 # LANES=4 judges four operators at once (eval --lanes); TRITON_CACHE=DIR keeps each file's compile cache there
-# for a later run; LABEL=_cold names the triton phase's files triton_reference_cold*; AUTOTUNE=triton times the
-# triton phase with Triton's own autotuner (default: the evaluator's protocol), AUTOTUNE_STORE=DIR keeps its choices.
+# for a later run; LABEL=_cold names the triton phase's files triton_reference_cold*; AUTOTUNE=protocol times the
+# triton phase with the evaluator's autotuning protocol (default: Triton's own autotuner, as eval), AUTOTUNE_STORE=DIR keeps its choices.
 # EVAL_DEVICE=cpu runs the triton phase on CPU (smoke shapes, Triton's interpreter): a dry run of a plan.
 # Writes under $OUT/eval_gpu/: adversarial.json, honest.parquet, honest.json, fallback.parquet, fallback.json
 # and one log per invocation. Copy them to benchmarks/results/eval_gpu/ with the command that made them.

@@ -461,10 +461,11 @@ def register(subparsers) -> None:
                    help="time each problem N times (full timings); the row keeps each timing's median "
                         "(t_repeats_s) and scores their median; score and leaderboard give S_agg an interval "
                         "from them (docs/reproducibility.md)")
-    e.add_argument("--autotune", choices=("triton", "protocol"), default="protocol",
-                   help="protocol (default): the evaluator times the configurations of each autotuned kernel with "
-                        "its own timing and keeps the choice per file, tuning key and hardware "
-                        "(docs/reproducibility.md); triton: Triton's autotuner picks, as before")
+    e.add_argument("--autotune", choices=("triton", "protocol"), default="triton",
+                   help="triton (default): Triton's autotuner picks in the candidate's process (fast, noisy); "
+                        "protocol: the evaluator times the configurations of each autotuned kernel with its own "
+                        "timing and keeps the choice per file, tuning key and hardware - use it for a leaderboard "
+                        "(docs/reproducibility.md says what it costs)")
     e.add_argument("--autotune-store", metavar="DIR",
                    help="where the autotuning protocol keeps its choices (default: $XDG_CACHE_HOME/hotshape/autotune "
                         "or ~/.cache/hotshape/autotune); copy it to another machine to score with the same choices")

@@ -48,10 +48,11 @@ class EvalConfig:
     # the roofline, and timing the reference cost a full timing per problem
     # full timings per problem (`eval --repeat N`): t_repeats_s keeps each one's median, t_measured_s their median
     repeat: int = 1
-    # "protocol" (the default): the evaluator's autotuning protocol chooses each autotuned kernel's configuration
-    # before timing (harness/autotune_protocol.py, kept under autotune_store); "triton": Triton's own autotuner
-    # picks it in the checks (`eval --autotune triton`)
-    autotune: str = "protocol"
+    # "triton" (the default until the protocol's GPU cost is measured, docs/reproducibility.md): Triton's own
+    # autotuner picks in the checks; "protocol" (`eval --autotune protocol`): the evaluator's autotuning protocol
+    # chooses each autotuned kernel's configuration before timing (harness/autotune_protocol.py, kept under
+    # autotune_store)
+    autotune: str = "triton"
     autotune_store: Path | None = None  # None: autotune_protocol.default_root()
     autotune_budget: Budget = DEFAULT_BUDGET
     run: int = 0

@@ -271,8 +271,8 @@ def test_the_protocol_pins_its_choice_for_the_timing_and_a_rerun_reuses_it(tmp_p
 
 
 def test_repeat_keeps_each_timings_median_and_scores_their_median(tmp_path):
-    # with the protocol off (`eval --autotune triton`; the protocol is the default): no sweep, autotune_config null
-    assert runner.EvalConfig().autotune == "protocol"
+    # with the protocol off (`eval --autotune triton`, the default): no sweep, autotune_config null
+    assert runner.EvalConfig().autotune == "triton"
     config = runner.EvalConfig(device="cpu", repeat=3, autotune="triton")
     replayer = FakeReplayer(config, {}, repeats=[4e-6, 6e-6, 5e-6])
     v = perform(Judge(tmp_path / "r", config, replayer))
