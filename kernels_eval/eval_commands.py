@@ -263,10 +263,12 @@ def run_score(args: argparse.Namespace) -> int:
     from kernels_eval.score_display import score_lines
     from kernels_eval.scoring import score
 
-    release = _read_release("score", args.release)
-    if release is None:
+    # a results file that cannot be read is the one line, before the release's verification line
+    problem = _results_problem(args.results)
+    release = None if problem else _read_release("score", args.release)
+    if release is None and not problem:
         return 2
-    problem = _results_problem(args.results) or _weights_problem(release, args.weights)
+    problem = problem or _weights_problem(release, args.weights)
     if problem:
         print(f"hotshape score: {problem}", file=sys.stderr)
         return 2
@@ -360,10 +362,11 @@ def run_leaderboard(args: argparse.Namespace) -> int:
     from kernels_eval.leaderboard import leaderboard, leaderboard_html, leaderboard_lines, verified_rows
     from kernels_eval.results_verify import ResultsRejected
 
-    release = _read_release("leaderboard", args.release)
-    if release is None:
+    problem = next(filter(None, map(_results_problem, args.results)), None)
+    release = None if problem else _read_release("leaderboard", args.release)
+    if release is None and not problem:
         return 2
-    problem = next(filter(None, map(_results_problem, args.results)), None) or _weights_problem(release, args.weights)
+    problem = problem or _weights_problem(release, args.weights)
     if problem:
         print(f"hotshape leaderboard: {problem}", file=sys.stderr)
         return 2

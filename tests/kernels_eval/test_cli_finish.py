@@ -149,6 +149,8 @@ def test_score_bad_inputs_are_one_line(release, honest_results, tmp_path):
         done = hotshape("score", *args)
         assert done.returncode == 2 and expected in one_error(done, "score"), (args, done.stderr)
         assert done.stdout == ""
+        if "results file" in expected:  # the whole of stderr: the release's verification line came first before
+            assert done.stderr.count("\n") == 1, done.stderr
 
 
 def test_score_prints_the_operator_table_and_a_cpu_run_is_not_measured(release, honest_results):
@@ -202,6 +204,7 @@ def test_leaderboard_ranks_honest_above_a_fallback(release, honest_results, fall
     assert text.returncode == 0 and text.stdout.splitlines()[1].split()[:3] == ["1", "honest@cpu", "not"]
     done = hotshape("leaderboard", honest_results, tmp_path / "none.parquet", "--release", release)
     assert done.returncode == 2 and "none.parquet: no such results file" in one_error(done, "leaderboard")
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 def test_ingest_capture_takes_one_value_per_flag():
