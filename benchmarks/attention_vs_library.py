@@ -106,6 +106,8 @@ def child(args) -> int:
             times, _ = time_library(runs, budget_s=args.budget_s)
             res["library_s"] = statistics.median(times)
             for name, folder in candidates:
+                if not (Path(folder) / f"{args.child}.py").is_file():
+                    continue  # a variant folder may hold one operator only
                 model = _model(Path(folder), args.child, problem["init"])
                 with torch.no_grad():
                     outs = [model(**inputs) for inputs in sets]  # first calls: compile and autotune, untimed
@@ -169,7 +171,10 @@ def main(argv=None) -> int:
     summary = {}
     for op in {r["op"] for r in results}:
         for name in names:
-            ratios = [r["candidates"][name]["ratio"] for r in results if r["op"] == op and r["status"] == "ok"]
+            ratios = [r["candidates"][name]["ratio"] for r in results
+                      if r["op"] == op and r["status"] == "ok" and name in r["candidates"]]
+            if not ratios and not any(name in r.get("candidates", {}) for r in results if r["op"] == op):
+                continue
             summary[f"{op}/{name}"] = {"ok": len(ratios), "min_ratio": min(ratios, default=None),
                                        "geomean_ratio": statistics.geometric_mean(ratios) if ratios else None,
                                        "all_at_least_library": bool(ratios) and min(ratios) >= 1.0}
@@ -187,7 +192,8 @@ def main(argv=None) -> int:
         if r["status"] != "ok":
             print(f"{r['op']:<18} {r['shape']:<30} {r['status'].upper()}: {r.get('error', '')}")
             continue
-        cells = " ".join(f"{r['candidates'][n]['s'] * 1e6:>12.1f} {r['candidates'][n]['ratio']:>6.2f}" for n in names)
+        cells = " ".join(f"{r['candidates'][n]['s'] * 1e6:>12.1f} {r['candidates'][n]['ratio']:>6.2f}"
+                         if n in r["candidates"] else f"{'-':>12} {'-':>6}" for n in names)
         print(f"{r['op']:<18} {r['shape']:<30} {r['library_s'] * 1e6:>11.1f} {cells}  {r['library']}")
     for key, s in sorted(summary.items()):
         gm = "-" if s["geomean_ratio"] is None else f"{s['geomean_ratio']:.2f}"
