@@ -131,7 +131,11 @@ def judge(operator: str, init_kwargs: dict, input_kwargs: dict, device: str, *, 
             more = _inputs(reference, input_kwargs, _seed(), device)
             size = sum(t.numel() * t.element_size() for t in more.values() if isinstance(t, torch.Tensor))
             runs.append(_option(operator, model, more, device, path).run)
-        times, kernel_us = time_library(runs, budget_s=budget_s, max_calls=max_calls)
+        try:
+            times, kernel_us = time_library(runs, budget_s=budget_s, max_calls=max_calls)
+        except Exception as exc:  # noqa: BLE001 - correct but untimed (a refused span, say): the row says why
+            v.update(eval_s=time.perf_counter() - began)
+            return v.fail("performance", f"{path}: timing failed: {type(exc).__name__}: {exc}"[:2000]), path
         q = quantiles(times)
         v.update(t_measured_s=q["median"], t_p10_s=q["p10"], t_p90_s=q["p90"], n_timed=len(times),
                  timing_rule=TIMING_RULE, kernel_us=kernel_us)
@@ -174,6 +178,9 @@ def operator_verdicts(operator: str, problems: list[Problem], device: str, *, se
                 raise ContextLost(f"the CUDA context died on {p.problem_id}") from exc
             continue
         yield p, verdict, path
+        import torch
+
+        torch.cuda.empty_cache()  # the next problem's inputs need not share memory with this one's
 
 
 class ContextLost(RuntimeError):

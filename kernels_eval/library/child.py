@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 from kernels_eval.harness.config import Problem
 from kernels_eval.harness.release_view import read_release_view
@@ -21,6 +22,7 @@ from kernels_eval.harness.verdict import Verdict
 from kernels_eval.library.baseline import NO_PATH, ContextLost, operator_verdicts
 
 MARK = "LIBRARY_VERDICT "
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: a child imports the same code as its parent
 
 
 def isolated_verdicts(problems: list[Problem], release_path, device: str, *, sets: int, budget_s: float,
@@ -36,7 +38,9 @@ def isolated_verdicts(problems: list[Problem], release_path, device: str, *, set
                "--problems", ",".join(p.problem_id for p in remaining)]
         by_id = {p.problem_id: p for p in remaining}
         with tempfile.TemporaryFile(mode="w+") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                    env={**os.environ, "PYTHONPATH": path})
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
                              daemon=True).start()
