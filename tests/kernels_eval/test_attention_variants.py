@@ -33,4 +33,4 @@ def test_tma_attention_forward_matches_the_reference_in_the_interpreter():
                           timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(x) for x in done.stdout.strip().splitlines()[-1].strip("[]").split(",")]
-    assert len(errors) == 2 and max(errors) < 2e-2  # attention_forward's tolerance (catalogue/work)
+    assert len(errors) == 2 and max(errors) < 2e-2  # attention_forward's tolerance (catalogue/operators)
