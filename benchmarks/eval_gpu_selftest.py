@@ -97,7 +97,7 @@ def part_spans() -> dict:
 
 
 def part_fill() -> dict:
-    from kernels_eval.harness.worker import fill_free_blocks
+    from kernels_eval.harness.worker_gpu import fill_free_blocks
 
     x = torch.ones(1 << 22, device="cuda")
     del x

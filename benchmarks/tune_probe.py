@@ -103,17 +103,17 @@ def worker_hooks(row: dict, profiled: bool) -> dict:
     import pstats
 
     from kernels_eval.harness.worker import Worker
+    from kernels_eval.harness.worker_commands import Init, Warm
 
     file = ROOT / "examples" / "submissions" / "triton_reference" / f"{row['operator']}.py"
     worker = Worker()
     with tempfile.TemporaryDirectory() as exchange:
         t0 = time.perf_counter()
-        worker.warm({"device": "cuda"})
+        worker.warm(Warm(device="cuda"))
         warm_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        worker.init({"device": "cuda", "exchange": exchange, "outputs": [], "operator": row["operator"],
-                     "file": str(file), "init_kwargs": json.loads(row["init_kwargs"]),
-                     "autotune_bench_ms": [5.0, 20.0]})
+        worker.init(Init(device="cuda", exchange=exchange, outputs=[], operator=row["operator"], file=str(file),
+                         init_kwargs=json.loads(row["init_kwargs"]), autotune_bench_ms=[5.0, 20.0]))
         init_s = time.perf_counter() - t0
         prof = cProfile.Profile() if profiled else None
         if prof:

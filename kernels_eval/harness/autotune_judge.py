@@ -16,6 +16,7 @@ from kernels_eval.harness.submission import file_sha256
 from kernels_eval.harness import autotune_protocol as protocol
 from kernels_eval.harness.autotune_sweep import sweep
 from kernels_eval.harness.triton_cache import triton_version
+from kernels_eval.harness.worker_commands import Sweep
 
 
 class AutotuneSteps:
@@ -68,7 +69,7 @@ class AutotuneSteps:
         kept, self.replayer.config = self.replayer.config, with_values(
             self.replayer.config, timing_budget_s=budget.budget_s, timing_max_calls=budget.max_calls)
         try:
-            record = sweep(lambda: self._request({"cmd": "sweep", "input_kwargs": input_kwargs, "pins": {}}),
+            record = sweep(lambda: self._request(Sweep(input_kwargs=input_kwargs)),
                            lambda pins: self._record_program(model, shape, pins), replay, budget, choices=store,
                            **keys)
         finally:

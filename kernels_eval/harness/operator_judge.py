@@ -20,6 +20,7 @@ from kernels_eval.harness.judge import Recorded, Replayer
 from kernels_eval.harness.process import WorkerDied, WorkerProcess
 from kernels_eval.harness.protocol import ProtocolError, WorkerReply, decode_reply
 from kernels_eval.harness.verdict import Verdict
+from kernels_eval.harness.worker_commands import Call, Command, Init, encode_command, name_of
 from kernels_eval.harness import spans
 from kernels_eval.harness.autotune_protocol import ProtocolError as AutotuneError, row_text
 from kernels_eval.harness.channel import import_tensor
@@ -75,7 +76,8 @@ class OperatorJudge(AutotuneSteps):
 
     # ---- worker plumbing --------------------------------------------------------------------------------
 
-    def _request(self, message: dict, timeout_s: float | None = None) -> dict:
+    def _request(self, command: Command, timeout_s: float | None = None) -> dict:
+        """The worker's reply (plain data; `_decoded` types it) to `command` (harness/worker_commands.py)."""
         warming = getattr(self.worker, "warming", None)
         if warming is not None:  # a prestarted worker's "warm" command (`_warm_ahead`) is answered first
             began = time.monotonic()
@@ -96,12 +98,12 @@ class OperatorJudge(AutotuneSteps):
                 self._clock("spawn", began)
         began = time.monotonic()
         try:
-            reply = self.worker.request(message, timeout_s or self.config.call_timeout_s)
+            reply = self.worker.request(encode_command(command), timeout_s or self.config.call_timeout_s)
         except WorkerDied:
             self.worker = None
             raise
         finally:
-            self._clock(f"worker_{message['cmd']}", began)
+            self._clock(f"worker_{name_of(command)}", began)
         took = reply.get("took_s")  # the worker's own split of a call (diagnostics only; never judged)
         for step, seconds in (took.items() if isinstance(took, dict) else ()):
             if isinstance(seconds, (int, float)):
@@ -132,15 +134,16 @@ class OperatorJudge(AutotuneSteps):
 
     def _init(self, init_kwargs: dict) -> WorkerReply:
         self.initialized_with = None
-        reply = self._decoded(self._request({"cmd": "init", "operator": self.operator, "file": str(self.file),
-                              "device": self.config.device, "init_kwargs": init_kwargs,
-                              "outputs": list(self.spec.outputs), "exchange": str(self.exchange),
-                              "gpu_memory_fraction": self.config.gpu_memory_fraction,
-                              "autotune_bench_ms": self.config.autotune_bench_ms,
-                              "markers_cache": str(self.config.markers_cache) if self.config.markers_cache else None,
-                              # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
-                              "cuda_ipc": not self.config.sandbox and self.config.device_index is None},
-                              max(self.config.call_timeout_s, self.config.start_timeout_s)))
+        config = self.config
+        bench_ms = list(config.autotune_bench_ms) if config.autotune_bench_ms else None
+        reply = self._decoded(self._request(Init(
+            operator=self.operator, file=str(self.file), device=config.device, init_kwargs=init_kwargs,
+            outputs=list(self.spec.outputs), exchange=str(self.exchange),
+            gpu_memory_fraction=config.gpu_memory_fraction, autotune_bench_ms=bench_ms,
+            markers_cache=str(config.markers_cache) if config.markers_cache else None,
+            # a worker shown one GPU numbers it 0: an IPC handle would name the wrong device
+            cuda_ipc=not config.sandbox and config.device_index is None),
+            max(config.call_timeout_s, config.start_timeout_s)))
         if reply.ok:
             self.initialized_with = (id(self.worker), _shape_text(init_kwargs))
             try:
@@ -176,8 +179,7 @@ class OperatorJudge(AutotuneSteps):
 
         seed, key = secrets.randbits(62), secrets.randbits(62)
         self.last_seed = seed
-        reply = self._decoded(self._request({"cmd": "call", "input_kwargs": input_kwargs, "seed": seed,
-                                             "digest_key": key, **flags}))
+        reply = self._decoded(self._request(Call(input_kwargs=input_kwargs, seed=seed, digest_key=key, **flags)))
         tamper = self._observe(reply)
         if tamper:
             reply = WorkerReply(ok=False, tamper=True, error=f"TamperError: {tamper}")

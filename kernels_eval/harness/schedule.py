@@ -19,6 +19,7 @@ from kernels_eval.harness.judge import Replayer
 from kernels_eval.harness.operator_judge import CONTEXT_LOST, OUT_OF_MEMORY, OperatorJudge
 from kernels_eval.harness.process import WorkerProcess
 from kernels_eval.harness.verdict import Verdict, as_verdict
+from kernels_eval.harness.worker_commands import Warm, encode_command
 from kernels_eval.harness.shard import lpt_plan, operator_costs, recorded_seconds
 from kernels_eval.harness.triton_cache import file_cache_dir, prune
 
@@ -368,9 +369,8 @@ def _warm_ahead(worker: WorkerProcess, config: EvalConfig) -> WorkerProcess:
 
     def warm() -> None:
         try:
-            worker.request({"cmd": "warm", "device": config.device,
-                            "markers_cache": str(config.markers_cache) if config.markers_cache else None},
-                           config.start_timeout_s)
+            worker.request(encode_command(Warm(device=config.device, markers_cache=str(config.markers_cache)
+                                               if config.markers_cache else None)), config.start_timeout_s)
         except Exception:  # noqa: BLE001 - the judge that takes it finds it dead (or closed) and starts another
             pass
 

@@ -16,13 +16,16 @@ import threading
 import time
 import traceback
 
-from kernels_eval.harness import channel, discovery, guarded, observe, profiler_guard
+from kernels_eval.harness import channel, discovery, guarded, observe, profiler_guard, worker_gpu
+from kernels_eval.harness.launch_log import LaunchLog
 from kernels_eval.harness.protocol import encode
+from kernels_eval.harness.worker_commands import Call, Init, Sweep, Time, Warm, decode_command
+from kernels_eval.harness.worker_support import TamperError, as_named, pin
 from kernels_eval.harness.adoption import ALLOWED_ATEN_OPS
 from kernels_eval.harness import autotune_pins
 from kernels_eval.harness.compare import tensor_digest
 from kernels_eval.harness.interpreter import patch_interpreter
-from kernels_eval.harness.timing import L2_FLUSH_BYTES, gpu_profiler, kineto_records, time_calls
+from kernels_eval.harness.timing import gpu_profiler
 from kernels_eval.registry import load_reference
 
 TRITON_BENCH_MS = (25.0, 100.0)  # triton.testing.do_bench's own warm-up and repetitions, where none are given
@@ -37,72 +40,6 @@ def snapshot() -> dict:
 def tampered(before: dict) -> list[str]:
     """Guarded functions replaced since `before`."""
     return guarded.replaced(before)
-
-
-class LaunchLog:
-    """Records every @triton.jit launch (function name, defining file, owned by the submission or not);
-    the recorder of a recorded call sees each launch before it runs."""
-
-    def __init__(self, owned_file: str, observer: observe.Observer | None = None) -> None:
-        self.owned_file = os.path.realpath(owned_file)
-        self.events: list[dict] = []
-        self.active = False
-        self.observer = observer
-        self.wrappers: list = []
-        self.recorder: discovery.Recorder | None = None  # records the launch program of a recorded call
-
-    def install(self) -> None:
-        from triton.runtime.jit import JITFunction
-
-        classes = [JITFunction]
-        try:
-            from triton.runtime.interpreter import InterpretedFunction
-            classes.append(InterpretedFunction)
-        except ImportError:
-            pass
-        for cls in classes:
-            cls.run = self._wrap(cls.run)
-            self.wrappers.append(cls.run)
-
-    def _wrap(self, original):
-        log = self
-
-        def run(fn_self, *args, **kwargs):
-            fn = getattr(fn_self, "fn", None)
-            code = getattr(fn, "__code__", None)
-            file = os.path.realpath(code.co_filename) if code is not None else "?"
-            owned = file == log.owned_file
-            if log.active and not kwargs.get("warmup"):
-                log.events.append({"name": getattr(fn, "__name__", "?"), "file": file, "owned": owned})
-            recorder = log.recorder if log.active and not kwargs.get("warmup") else None
-            if recorder is not None and recorder.active:
-                recorder.launch(fn_self, args, kwargs)
-                recorder.in_launch += 1  # the interpreter's own copies of the arguments are not the program's
-            observer = log.observer
-            try:
-                if observer is None:
-                    return original(fn_self, *args, **kwargs)
-                if log.active and threading.get_ident() != threading.main_thread().ident:
-                    observer.channel.send("thread", "a kernel was launched from another thread")
-                previous = observer.launching()
-                try:
-                    return original(fn_self, *args, **kwargs)
-                finally:
-                    observer.launched(previous)
-            finally:
-                if recorder is not None and recorder.in_launch:
-                    recorder.in_launch -= 1
-
-        return run
-
-    def take(self) -> list[dict]:
-        """The distinct launches since the last take, with counts."""
-        counts: dict[tuple, int] = {}
-        for e in self.events:
-            key = (e["name"], e["file"], e["owned"])
-            counts[key] = counts.get(key, 0) + 1
-        self.events = []
-        return [{"name": n, "file": f, "owned": o, "count": c} for (n, f, o), c in sorted(counts.items())]
 
 
 class Worker:
@@ -131,52 +68,52 @@ class Worker:
 
     # ---- commands --------------------------------------------------------------------------------------
 
-    def warm(self, msg: dict) -> dict:
+    def warm(self, cmd: Warm) -> dict:
         """Make the CUDA context and the profiler's first start ahead, before any candidate is imported: a
         process's first CUDA-activity profile takes ~6 s on H200 (CUPTI's start; later ones ~1 ms), which a
         prestarted worker pays while the previous operator is judged rather than inside its first command."""
         torch = self.torch
         began = time.perf_counter()
-        if msg.get("device") == "cuda" and torch.cuda.is_available():
+        if cmd.device == "cuda" and torch.cuda.is_available():
             torch.cuda.init()
             with gpu_profiler():
                 torch.cuda.synchronize()
-            if msg.get("markers_cache"):  # ~0.8 s of loading the evaluator's markers, off the first command too
+            if cmd.markers_cache:  # ~0.8 s of loading the evaluator's markers, off the first command too
                 import kernels_eval.harness.markers  # triton's: loaded ahead only when asked
 
                 try:
-                    kernels_eval.harness.markers.compile_privately(msg["markers_cache"])
+                    kernels_eval.harness.markers.compile_privately(cmd.markers_cache)
                     self.markers_loaded = True
                 except Exception:  # noqa: BLE001 - then init loads them, as without warming
                     pass
         return {"ok": True, "took_s": {"warm": time.perf_counter() - began}}
 
-    def init(self, msg: dict) -> dict:
+    def init(self, cmd: Init) -> dict:
         """Import the candidate file (once) and build Model(**init_kwargs)."""
         torch = self.torch
-        self.device = msg["device"]
-        self.file = msg["file"]
-        self.exchange = msg["exchange"]
+        self.device = cmd.device
+        self.file = cmd.file
+        self.exchange = cmd.exchange
         # CUDA IPC handles cannot be opened across the sandbox's pid/ipc namespaces (seen on H200: "mapping of
         # buffer object failed" in the parent): a sandboxed worker hands CUDA tensors over as host copies
-        self.cuda_ipc = bool(msg.get("cuda_ipc", True))
-        self.outputs = tuple(msg["outputs"])
+        self.cuda_ipc = bool(cmd.cuda_ipc)
+        self.outputs = tuple(cmd.outputs)
         took: dict[str, float] = {}
         began = time.perf_counter()
         if self.module is None:
-            self.reference = load_reference(msg["operator"])
+            self.reference = load_reference(cmd.operator)
             import triton  # noqa: F401  (decorators read TRITON_INTERPRET at import of the candidate)
             import kernels_eval.harness.timing  # noqa: F401  (guarded)
             import kernels_eval.harness.markers  # noqa: F401  (guarded)
 
             if os.environ.get("TRITON_INTERPRET") == "1":
                 patch_interpreter()
-            if self.device == "cuda" and msg.get("gpu_memory_fraction"):
-                torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]))
+            if self.device == "cuda" and cmd.gpu_memory_fraction:
+                torch.cuda.set_per_process_memory_fraction(float(cmd.gpu_memory_fraction))
             if self.device == "cuda":  # before the snapshot below: do_bench is guarded
                 from kernels_eval.harness.autotune_cache import shorter_benchmarks  # triton's: a GPU only
 
-                self.benchmarks = shorter_benchmarks(*(float(x) for x in msg.get("autotune_bench_ms") or
+                self.benchmarks = shorter_benchmarks(*(float(x) for x in cmd.autotune_bench_ms or
                                                        TRITON_BENCH_MS))
             from kernels_eval.harness import autotune_pins  # before the snapshot too: Autotuner.run is GUARDED
 
@@ -185,19 +122,19 @@ class Worker:
             began = time.perf_counter()
             if self.device == "cuda" and not self.markers_loaded:
                 try:  # not from the cache the candidate can write; a failure here leaves them to the first timing
-                    kernels_eval.harness.markers.compile_privately(msg.get("markers_cache"))
+                    kernels_eval.harness.markers.compile_privately(cmd.markers_cache)
                 except Exception:  # noqa: BLE001 - the markers then compile at their first launch, as before
                     pass
             took["init_markers"] = time.perf_counter() - began
             began = time.perf_counter()
-            self.observer = observe.Observer(msg["file"], self.channel)
+            self.observer = observe.Observer(cmd.file, self.channel)
             self.observer.install()
             self.audit_class = observe.audit_mode_class(POISON_OPS, ALLOWED_ATEN_OPS)
             if self.device != "cuda":  # the mode checks CPU calls only (call_gpu runs under the profiler alone)
                 # the first dispatch under a Python mode imports much of torch lazily (seconds): not in a call
                 with torch.no_grad(), self.audit_class(observe.Channel(-1), poison=True):
                     torch.empty_like(torch.zeros(4)).copy_(torch.ones(4))
-            self.log = LaunchLog(msg["file"], self.observer)
+            self.log = LaunchLog(cmd.file, self.observer)
             self.log.install()
             if self.device == "cuda":
                 self.profiler_guard = profiler_guard.Guard(lambda detail: self.observer.channel.send("tamper", detail))
@@ -206,7 +143,7 @@ class Worker:
             self.baseline_threads = set(sys._current_frames())  # the worker's own threads, before the candidate's
             self.guard = snapshot()
             self.guard.update(self._audit_identity())
-            spec = importlib.util.spec_from_file_location(f"hotshape_candidate_{msg['operator']}", msg["file"])
+            spec = importlib.util.spec_from_file_location(f"hotshape_candidate_{cmd.operator}", cmd.file)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
@@ -214,7 +151,7 @@ class Worker:
             self._check_tamper("importing the submission")
             took["init_import"] = time.perf_counter() - began
             began = time.perf_counter()
-        self.model = self.module.Model(**msg["init_kwargs"])
+        self.model = self.module.Model(**cmd.init_kwargs)
         if isinstance(self.model, torch.nn.Module):
             self.model = self.model.to(self.device)
         self._check_tamper("building Model")
@@ -228,18 +165,18 @@ class Worker:
         took["init_snapshot"] = time.perf_counter() - began
         return {"ok": True, "jit_functions": sorted(_jit_functions(self.module)), "took_s": took, "state": state_files}
 
-    def call(self, msg: dict) -> dict:
+    def call(self, cmd: Call) -> dict:
         """One call on inputs drawn with the parent's seed; outputs and the inputs as they are afterwards."""
-        _pin(msg)  # the autotuning protocol's configurations, where the parent names them
+        pin(cmd.pins)  # the autotuning protocol's configurations, where the parent names them
         if self.device == "cuda":
-            return self.call_gpu(msg)
+            return self.call_gpu(cmd)
         torch = self.torch
         began = time.perf_counter()
         self.kept = []
         if self.device == "cuda":
             torch.cuda.ipc_collect()
-        if msg.get("reuse_buffers") and self.inputs is not None:
-            fresh = self._make_inputs(msg["input_kwargs"], msg["seed"])
+        if cmd.reuse_buffers and self.inputs is not None:
+            fresh = self._make_inputs(cmd.input_kwargs, cmd.seed)
             for name, t in self.inputs.items():
                 if isinstance(t, torch.Tensor):
                     t.copy_(fresh[name])
@@ -247,12 +184,12 @@ class Worker:
                     self.inputs[name] = fresh[name]
             inputs = self.inputs
         else:
-            inputs = self._make_inputs(msg["input_kwargs"], msg["seed"])
+            inputs = self._make_inputs(cmd.input_kwargs, cmd.seed)
         self._sync()
         took = {"inputs": time.perf_counter() - began}
         began = time.perf_counter()
-        audit = self.audit_class(self.channel, poison=msg.get("poison", True))
-        recorder = self._recorder(msg, inputs)
+        audit = self.audit_class(self.channel, poison=cmd.poison)
+        recorder = self._recorder(cmd, inputs)
         audit.recorder = recorder
         threads_before = self._threads_at_start()
         depth = torch._C._len_torch_dispatch_stack()
@@ -279,11 +216,11 @@ class Worker:
         launches = self.log.take()
         self._check_tamper("the call")
         self._threads_at_end(threads_before)
-        outputs = _as_named(out, self.outputs, torch)
+        outputs = as_named(out, self.outputs, torch)
         took["run"] = time.perf_counter() - began
         began = time.perf_counter()
         reply = {"ok": True, "launches": launches, "aten_ops": audit.ops,
-                 **self._export_call(outputs, inputs, int(msg["digest_key"]))}
+                 **self._export_call(outputs, inputs, int(cmd.digest_key))}
         if recorder is not None:
             reply["program"] = encode(recorder.finish(outputs))
         took["export"] = time.perf_counter() - began
@@ -291,167 +228,24 @@ class Worker:
         self.kept = list(outputs.values())
         return reply
 
-    def call_gpu(self, msg: dict) -> dict:
-        """`call` on a GPU. No dispatch mode (a candidate could tell a checked call from a timed one by it): the
-        call runs under the profiler that timed calls run under, and its GPU records go to the parent, where the
-        kernels' names decide adoption. Free cached blocks are filled with 0xFF bytes first (NaN in every
-        float dtype), in place of poisoning fresh allocations, exactly as before timed calls."""
-        torch = self.torch
+    def call_gpu(self, cmd: Call) -> dict:
+        """`call` on a GPU (harness/worker_gpu.py)."""
+        return worker_gpu.call_gpu(self, cmd)
 
-        began = time.perf_counter()
-        self.kept, self.inputs = [], None
-        self.channel.sent = set()  # each call reports what it does (CPU calls reset it in Observer.begin)
-        torch.cuda.ipc_collect()
-        _pin(msg)
-        took = {}
-        if msg.get("tune"):  # a shape's first judged call: its compiling and autotuning happen unrecorded first
-            took["tune"] = self._untimed_call(msg["input_kwargs"])
-            began = time.perf_counter()
-        inputs = self._make_inputs(msg["input_kwargs"], msg["seed"])
-        torch.cuda.synchronize()
-        took["inputs"] = time.perf_counter() - began
-        began = time.perf_counter()
-        reserve_free(torch, 2 * _tensor_bytes(inputs, torch))
-        filled = fill_free_blocks(torch)
-        threads_before = self._threads_at_start()
-        recorder = self._recorder(msg, inputs)
-        self.log.active = True
-        try:
-            with torch.no_grad(), gpu_profiler() as prof:
-                if recorder is not None:  # the plumbing is read at the dispatcher (a mode for this call only)
-                    mode = self.audit_class(observe.Channel(-1), poison=False)
-                    mode.recorder = recorder
-                    with mode:
-                        out = self._watched_model()(**inputs)
-                else:
-                    out = self._watched_model()(**inputs)
-                torch.cuda.synchronize()
-        finally:
-            self.log.active = False
-        self.inputs = inputs
-        launches = self.log.take()
-        self._check_tamper("the call")
-        self._threads_at_end(threads_before)
-        outputs = _as_named(out, self.outputs, torch)
-        records = kineto_records(prof)
-        took["run"] = time.perf_counter() - began
-        began = time.perf_counter()
-        reply = {"ok": True, "launches": launches, "aten_ops": {}, "records": records, "filled_bytes": filled,
-                 **self._export_call(outputs, inputs, int(msg["digest_key"]))}
-        if recorder is not None:
-            reply["program"] = encode(recorder.finish(outputs))
-        took["export"] = time.perf_counter() - began
-        reply["took_s"] = took
-        self.kept = list(outputs.values())
-        return reply
+    def time(self, cmd: Time) -> dict:
+        """The worker's own timing loop (harness/worker_gpu.py; diagnostics, no verdict reads it)."""
+        return worker_gpu.time_command(self, cmd)
 
-    def time(self, msg: dict) -> dict:
-        """Timed calls (timing.time_calls) over input sets drawn fresh for every call, under the profiler: the
-        CUDA-event seconds of the reported run, the GPU records of the whole timing (the parent attributes them
-        to calls between the markers: spans.attribute), the launches, and up to `samples` outputs of timed calls
-        with the seed of the set each ran on. Which calls are kept is decided after each call returns, with
-        fresh OS randomness (reservoir sampling: every marked call equally likely), so nothing the candidate can
-        read beforehand predicts it; kept outputs are cloned after the call's end marker, outside its span."""
-        torch = self.torch
-        from kernels_eval.harness import markers as marker_kernels  # triton's: a GPU call only
-
-        self.kept, self.inputs = [], None
-        self.channel.sent = set()
-        torch.cuda.ipc_collect()
-        _pin(msg)
-        tune_s = self._untimed_call(msg["input_kwargs"]) if msg.get("tune", True) else 0.0
-        setup0 = time.perf_counter()
-        counter = [int(msg["seed"])]
-        seeds: dict[int, int] = {}  # id(input set) -> its seed, for the sets alive in `sets`
-
-        def draw() -> dict:
-            counter[0] += 1
-            inputs = self._make_inputs(msg["input_kwargs"], counter[0])
-            seeds[id(inputs)] = counter[0]
-            return inputs
-
-        sets = [draw()]
-        set_bytes = _tensor_bytes(sets[0], torch)
-        n_sets = int(max(2, min(msg.get("max_sets", 8), msg.get("rotation_bytes", 2 << 30) // max(set_bytes, 1))))
-        sets += [draw() for _ in range(1, n_sets)]
-
-        def fresh_sets():
-            for inputs in sets:
-                seeds.pop(id(inputs), None)
-            sets.clear()  # free the old buffers before drawing new ones: big problems fit twice, not four times
-            for _ in range(n_sets):
-                sets.append(draw())
-            return sets
-
-        want, budget = max(0, int(msg.get("samples", 4))), int(msg.get("sample_bytes", 1 << 30))
-        samples: list[dict] = []
-        seen, skipped = [0], []
-
-        def keep(inputs, out) -> None:
-            outputs = _as_named(out, self.outputs, torch)
-            seen[0] += 1
-            size = sum(t.numel() * t.element_size() for t in outputs.values())
-            room = min(want, budget // max(size, 1))
-            if room == 0:
-                skipped[:] = [f"outputs of {size} bytes exceed the sample budget of {budget} bytes"]
-                return
-            slot = len(samples) if len(samples) < room else secrets.randbelow(seen[0])
-            if slot < room:
-                entry = {"seed": seeds[id(inputs)], "call": seen[0] - 1,
-                         "outputs": {k: t.clone() for k, t in outputs.items()}}
-                samples[slot:slot + 1] = [entry]
-
-        markers = marker_kernels.Markers(L2_FLUSH_BYTES)
-        markers.start()
-        markers.end()  # compiled (or loaded from Triton's cache) before anything is timed
-        torch.cuda.synchronize()
-        self.log.take()
-        reserve_free(torch, 2 * set_bytes)
-        filled = fill_free_blocks(torch)
-        host0 = time.perf_counter()
-        took = {"time_setup": host0 - setup0, "time_tune": tune_s}
-        self.log.active = True
-        try:
-            with torch.no_grad(), gpu_profiler() as prof:
-                times = time_calls(self._watched_model(), sets, refresh=fresh_sets, markers=markers, after_call=keep,
-                                   benchmarks=self.benchmarks,
-                                   warmup=int(msg.get("warmup", 3)), min_calls=int(msg.get("min_calls", 10)),
-                                   max_calls=int(msg.get("max_calls", 200)), budget_s=float(msg.get("budget_s", 0.5)),
-                                   warmup_s=float(msg.get("warmup_s", 0.05)))
-        finally:
-            self.log.active = False
-        host_s = time.perf_counter() - host0
-        clock = _sm_clock_mhz(torch)  # right after the timed calls, while the GPU still runs at their clock
-        self._check_tamper("timing")
-        own = os.path.realpath(marker_kernels.FILE)
-        launches = [x for x in self.log.take() if x.get("file") != own]
-        took["time_calls"] = time.perf_counter() - host0  # the profiler's stop included
-        took["time_first_call"] = times.first_s  # of which the first call (a cold shape autotunes there)
-        began = time.perf_counter()
-        records = kineto_records(prof)
-        took["time_records"] = time.perf_counter() - began
-        began = time.perf_counter()
-        exported = [{"seed": s["seed"], "call": s["call"],
-                     "outputs": {k: self._export(t, f"sample{j}_{k}") for k, t in s["outputs"].items()}}
-                    for j, s in enumerate(samples)]
-        self.kept = [t for s in samples for t in s["outputs"].values()]
-        del sets[:], markers
-        took["time_export"] = time.perf_counter() - began
-        return {"ok": True, "times_s": list(times), "marked": times.marked, "benchmarked": times.benchmarked,
-                "host_s": host_s, "sets": n_sets,
-                "sm_clock_mhz": clock, "records": records, "launches": launches, "samples": exported,
-                "samples_skipped": skipped[0] if skipped else None, "filled_bytes": filled, "took_s": took}
-
-    def sweep(self, msg: dict) -> dict:
+    def sweep(self, cmd: Sweep) -> dict:
         """The worker's half of the evaluator's autotuning protocol (harness/autotune_sweep.py): one untimed call
         that reports which (kernel, key) it tuned, the configurations the autotuner's own pruning keeps for it
         and the one that ran. Each configuration is then recorded by a `call` with it pinned (`pins`) and timed
         by the trusted replay, never here."""
         self.kept, self.inputs = [], None
-        _pin(msg)
+        pin(cmd.pins)
         autotune_pins.Watch.start()
         try:
-            tune_s = self._untimed_call(msg["input_kwargs"])
+            tune_s = self._untimed_call(cmd.input_kwargs)
         finally:
             tuned = autotune_pins.Watch.stop()
         return {"ok": True, "tuned": tuned, "took_s": {"sweep_discover": tune_s}}
@@ -477,10 +271,10 @@ class Worker:
         del out, inputs
         return time.perf_counter() - began
 
-    def _recorder(self, msg: dict, inputs: dict) -> discovery.Recorder | None:
+    def _recorder(self, cmd: Call, inputs: dict) -> discovery.Recorder | None:
         """The recorder of this call's launch program where the parent asked for one."""
         self.log.recorder = None
-        if not msg.get("record"):
+        if not cmd.record:
             return None
         recorder = discovery.Recorder(self.file, self.state)
         recorder.begin(inputs, self.torch)
@@ -552,42 +346,10 @@ class Worker:
             raise TamperError(f"the submission replaced {', '.join(changed)} during {when}")
 
 
-def _pin(msg: dict) -> None:
-    """Pin the configurations a command names (kernel -> key -> index: autotune_pins.PINS), none when it names none."""
-    autotune_pins.PINS.clear()
-    for kernel, keys in (msg.get("pins") or {}).items():
-        autotune_pins.PINS[str(kernel)] = {str(k): int(i) for k, i in keys.items()}
-
-
-class TamperError(RuntimeError):
-    """The candidate patched a function the evaluation relies on."""
-
-
 def _jit_functions(module) -> list[str]:
     from triton.runtime.jit import KernelInterface
 
     return [name for name, obj in vars(module).items() if isinstance(obj, KernelInterface)]
-
-
-def _as_named(out, names: tuple[str, ...], torch) -> dict:
-    """The candidate's return value as {output name: plain torch.Tensor}, or a TypeError saying what is wrong."""
-    if isinstance(out, dict):
-        missing = [n for n in names if n not in out]
-        if missing:
-            raise TypeError(f"returned dict lacks outputs {missing}")
-        named = {n: out[n] for n in names}
-    elif isinstance(out, (tuple, list)):
-        if len(out) != len(names):
-            raise TypeError(f"returned {len(out)} values; the operator has outputs {list(names)}")
-        named = dict(zip(names, out))
-    else:
-        if len(names) != 1:
-            raise TypeError(f"returned one value; the operator has outputs {list(names)}")
-        named = {names[0]: out}
-    for n, t in named.items():
-        if type(t) is not torch.Tensor:
-            raise TypeError(f"output {n!r} is a {type(t).__module__}.{type(t).__name__}, not a plain torch.Tensor")
-    return named
 
 
 def main() -> int:
@@ -598,13 +360,14 @@ def main() -> int:
     channel.send(res_fd, {"ok": True, "ready": True, "pid": os.getpid()})
     while True:
         try:
-            msg = channel.recv(cmd_fd)
+            message = channel.recv(cmd_fd)
         except EOFError:
             return 0
         try:
-            handler = {"warm": worker.warm, "init": worker.init, "call": worker.call, "time": worker.time,
-                       "sweep": worker.sweep}[msg["cmd"]]
-            reply = handler(msg)
+            command = decode_command(message)  # an unknown command or field: a failed reply naming it
+            handler = {Warm: worker.warm, Init: worker.init, Call: worker.call, Time: worker.time,
+                       Sweep: worker.sweep}[type(command)]
+            reply = handler(command)
         except BaseException as exc:  # noqa: BLE001 - a candidate's failure of any kind is reported, not raised
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -613,69 +376,5 @@ def main() -> int:
         channel.send(res_fd, reply)
 
 
-def _sm_clock_mhz(torch) -> int | None:
-    """The GPU's current SM clock (MHz, through NVML), or None where NVML is missing: a latency-bound kernel's
-    time scales with it, so a timing is reported with the clock it ran at."""
-    try:
-        return int(torch.cuda.clock_rate())
-    except Exception:  # noqa: BLE001 - no pynvml, no NVML driver, or a device NVML cannot see
-        return None
-
-
-class _DeviceBytes:
-    """A bare view of `size` bytes of device memory at `address` (the CUDA array interface), for torch.as_tensor."""
-
-    def __init__(self, address: int, size: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False),
-                                         "version": 3, "strides": None}
-
-
-def _tensor_bytes(values: dict, torch) -> int:
-    return sum(t.numel() * t.element_size() for t in values.values() if isinstance(t, torch.Tensor))
-
-
-RESERVE_MIN_BYTES = 64 << 20
-
-
-def reserve_free(torch, nbytes: int) -> int:
-    """Leave at least `nbytes` of free memory in the caching allocator (one block, allocated and released; halved
-    until it fits under the memory cap, none below RESERVE_MIN_BYTES), so the outputs and temporaries of the next
-    call are cut from memory `fill_free_blocks` poisons rather than from memory mapped anew (seen on H200: a
-    270 MB output with one element left unwritten read a stale value, not NaN). The bytes reserved."""
-    nbytes = int(nbytes)
-    while nbytes >= RESERVE_MIN_BYTES:
-        try:
-            block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        except torch.cuda.OutOfMemoryError:
-            nbytes //= 2
-            continue
-        del block
-        return nbytes
-    return 0
-
-
-def fill_free_blocks(torch) -> int:
-    """Bytes of the caching allocator's free cached blocks (on the current device) filled with 0xFF: NaN in every
-    float dtype and -1 in signed integers, so an output the candidate leaves unwritten reads as poison wherever
-    the allocator hands it memory from its cache (memory it must map anew is not filled: fresh inputs per call
-    keep old results out of it). Run before every command's candidate calls, checked or timed alike."""
-    device = torch.cuda.current_device()
-    filled = 0
-    for segment in torch.cuda.memory_snapshot():
-        if segment.get("device", device) != device or segment.get("is_expandable"):
-            continue  # an expandable segment's free tail may be unmapped: writing it would fault
-        address = int(segment["address"])
-        for block in segment.get("blocks", []):
-            size = int(block["size"])
-            start = int(block.get("address", address))
-            if block.get("state") == "inactive" and size > 0:
-                torch.as_tensor(_DeviceBytes(start, size), device="cuda").fill_(0xFF)
-                filled += size
-            address = start + size
-    torch.cuda.synchronize()
-    return filled
-
-
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -19,6 +19,7 @@ from kernels_eval.harness import operator_judge, runner  # noqa: E402
 from kernels_eval.harness.judge import Outcome, Recorded  # noqa: E402
 from kernels_eval.harness.protocol import WorkerReply  # noqa: E402
 from kernels_eval.harness.verdict import Verdict  # noqa: E402
+from kernels_eval.harness.worker_commands import Sweep  # noqa: E402
 
 KEY = "(64, 'torch.float32')"
 TUNED = {"ok": True, "tuned": [{"kernel": "gemm", "key": KEY, "indices": [0, 2, 5],
@@ -203,7 +204,7 @@ class Judge(runner.OperatorJudge):
 
     def _request(self, message, timeout_s=None):
         self.sent.append(message)
-        assert message["cmd"] == "sweep"
+        assert isinstance(message, Sweep)
         return TUNED
 
     def _judged_call(self, model, init_kwargs, input_kwargs, **flags):

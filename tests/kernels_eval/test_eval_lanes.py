@@ -15,6 +15,7 @@ import pytest
 from kernels_eval.harness import operator_judge, runner, schedule
 from kernels_eval.harness.release_view import ReleaseView
 from kernels_eval.harness.verdict import Verdict
+from kernels_eval.harness.worker_commands import Init
 
 HONEST = Path(__file__).resolve().parents[1] / "adversarial" / "honest"
 
@@ -308,7 +309,8 @@ def test_a_prestarted_gpu_worker_is_warmed_ahead_and_its_judge_waits_for_that(mo
     judge = runner.OperatorJudge("rms_norm", HONEST / "rms_norm.py", gpu, tmp_path, worker)
     assert schedule._warm_ahead(worker, gpu) is worker  # warmed from here on, the judge built first (that takes time)
     assert worker.warming is not None and worker.warming.is_alive()
-    assert judge._request({"cmd": "init"})["ok"]
+    assert judge._request(Init(operator="rms_norm", file=str(HONEST / "rms_norm.py"), device="cuda", init_kwargs={},
+                               outputs=["out"], exchange=str(tmp_path)))["ok"]
     assert sent == [("start", "warm"), ("end", "warm"), ("start", "init"), ("end", "init")]
     assert worker.warming is None and judge.spent["warm_wait"] > 0.05
     cpu = runner.EvalConfig(device="cpu", hardware="cpu", sandbox=False)

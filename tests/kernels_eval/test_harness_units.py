@@ -151,7 +151,7 @@ def test_worker_module_imports_no_dataframe_or_orchestration_package():
 
 
 def test_worker_accepts_only_plain_tensors_under_the_operator_output_names():
-    from kernels_eval.harness.worker import _as_named
+    from kernels_eval.harness.worker_support import as_named as _as_named
 
     class Lazy(torch.Tensor):
         pass

@@ -261,7 +261,7 @@ def _child() -> dict:
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("run with TRITON_INTERPRET=1 (set before triton is imported)")
     from kernels_eval.harness.interpreter import patch_interpreter
-    from kernels_eval.harness.worker import LaunchLog
+    from kernels_eval.harness.launch_log import LaunchLog
 
     patch_interpreter()
     logs: dict = {}

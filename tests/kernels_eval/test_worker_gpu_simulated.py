@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernels_eval.harness import markers, spans, timing, worker  # noqa: E402
+from kernels_eval.harness import markers, spans, timing, worker, worker_gpu  # noqa: E402
 from kernels_eval.harness.channel import import_tensor  # noqa: E402
 from kernels_eval.harness.compare import compare_outputs, named_outputs  # noqa: E402
+from kernels_eval.harness.worker_commands import Call, Time  # noqa: E402
 from kernels_eval.registry import load_reference, spec  # noqa: E402
 
 SHAPE = {"token_count": 4, "hidden_size": 64}
@@ -87,7 +88,8 @@ class Device:
         monkeypatch.setattr(markers, "Markers", Markers)
         monkeypatch.setattr(timing, "gpu_profiler", Profiler)
         monkeypatch.setattr(worker, "gpu_profiler", Profiler)  # the worker's own name for it
-        monkeypatch.setattr(worker, "fill_free_blocks", lambda torch: 0)
+        monkeypatch.setattr(worker_gpu, "gpu_profiler", Profiler)  # and its GPU commands'
+        monkeypatch.setattr(worker_gpu, "fill_free_blocks", lambda torch: 0)
 
     def run(self, name: str, dur_ns: int) -> None:
         self.events.append(self.Record(name, dur_ns))
@@ -142,7 +144,7 @@ def judged(w: worker.Worker, reply: dict) -> list[list[str]]:
 def test_time_ships_records_that_attribute_to_every_marked_call_and_samples_judged_right(monkeypatch, tmp_path):
     device = Device(monkeypatch)
     w = make_worker(device, tmp_path)
-    reply = w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 4})
+    reply = w.time(Time(input_kwargs=SHAPE, seed=5, budget_s=0.01, samples=4))
     windows, outside, pairs = spans.attribute(reply["records"], reply["marked"])
     assert set(spans.call_spans(windows, pairs)) == {4_000} and len(reply["times_s"]) <= reply["marked"]
     assert {r.name for r in outside} == {"spin"}  # warm-up ran before the first marker: not listed
@@ -153,7 +155,7 @@ def test_time_ships_records_that_attribute_to_every_marked_call_and_samples_judg
 def test_time_keeps_outputs_that_betray_a_submission_skipping_back_to_back_calls(monkeypatch, tmp_path):
     device = Device(monkeypatch)
     w = make_worker(device, tmp_path, skip=True)
-    reply = w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 4})
+    reply = w.time(Time(input_kwargs=SHAPE, seed=5, budget_s=0.01, samples=4))
     windows, _, pairs = spans.attribute(reply["records"], reply["marked"])
     assert 100 in spans.call_spans(windows, pairs)
     assert any(failures for failures in judged(w, reply))
@@ -165,7 +167,7 @@ def test_call_gpu_runs_without_a_dispatch_mode_and_ships_its_kernel_records(monk
     seen = []
     w.model.register_forward_pre_hook(
         lambda *a: seen.append(torch.utils._python_dispatch._get_current_dispatch_mode()))
-    reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3, "digest_key": 7})
+    reply = w.call_gpu(Call(input_kwargs=SHAPE, seed=3, digest_key=7))
     assert seen == [None] and reply["aten_ops"] == {}
     assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
 
@@ -182,10 +184,10 @@ def test_a_profiler_call_is_reported_in_every_call_and_timing_that_makes_it(monk
     w.model.register_forward_pre_hook(lambda *a: torch.autograd.profiler._toggle_collection_dynamic(True, cpu))
     for seed in (3, 4):  # the same record in a second call of the same worker is reported again
         before = len(w.channel.records)
-        w.call_gpu({"input_kwargs": SHAPE, "seed": seed, "digest_key": 7})
+        w.call_gpu(Call(input_kwargs=SHAPE, seed=seed, digest_key=7))
         assert [r for r in w.channel.records[before:] if r.startswith("tamper\t")], seed
     before = len(w.channel.records)
-    w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+    w.time(Time(input_kwargs=SHAPE, seed=5, budget_s=0.01, samples=1))
     assert any("torch's profiler" in r for r in w.channel.records[before:])
 
 
@@ -195,7 +197,7 @@ def test_time_makes_one_untimed_call_without_the_profiler_before_drawing_the_tim
     drawn, calls = [], []
     w._make_inputs = lambda input_kwargs, seed: drawn.append(seed) or inputs(seed)
     w.model.register_forward_pre_hook(lambda *a: calls.append((device.profiling, len(drawn))))
-    reply = w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+    reply = w.time(Time(input_kwargs=SHAPE, seed=5, budget_s=0.01, samples=1))
     assert calls[0] == (False, 1) and all(profiled for profiled, _ in calls[1:])  # tuned first, unrecorded
     assert 5 + 1 in drawn[1:] and drawn[0] not in drawn[1:]  # its inputs are its own; the sets come after
     assert reply["took_s"]["time_tune"] > 0 and len(calls) > 2
@@ -212,7 +214,7 @@ def test_a_thread_left_by_the_untimed_call_fails_the_timing(monkeypatch, tmp_pat
     w.model.register_forward_pre_hook(lambda *a: threading.Thread(target=stop.wait, daemon=True).start())
     try:
         with pytest.raises(RuntimeError, match="thread"):
-            w.time({"input_kwargs": SHAPE, "seed": 5, "budget_s": 0.01, "samples": 1})
+            w.time(Time(input_kwargs=SHAPE, seed=5, budget_s=0.01, samples=1))
     finally:
         stop.set()
 
@@ -222,8 +224,8 @@ def test_a_shapes_first_judged_call_is_preceded_by_an_untimed_one_without_the_pr
     w = make_worker(device, tmp_path)
     calls = []
     w.model.register_forward_pre_hook(lambda *a: calls.append(device.profiling))
-    reply = w.call_gpu({"input_kwargs": SHAPE, "seed": 3, "digest_key": 7, "tune": True})
+    reply = w.call_gpu(Call(input_kwargs=SHAPE, seed=3, digest_key=7, tune=True))
     assert calls == [False, True] and reply["took_s"]["tune"] > 0
     assert spans.time_by_name([spans.records_from_rows(reply["records"])]) == {"rms_norm_kernel": 4.0}
-    w.call_gpu({"input_kwargs": SHAPE, "seed": 4, "digest_key": 7})
+    w.call_gpu(Call(input_kwargs=SHAPE, seed=4, digest_key=7))
     assert calls == [False, True, True]  # later calls: the judged one alone
