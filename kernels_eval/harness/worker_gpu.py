@@ -23,7 +23,6 @@ def call_gpu(worker, cmd: Call) -> dict:
     kernels' names decide adoption. Free cached blocks are filled with 0xFF bytes first (NaN in every
     float dtype), in place of poisoning fresh allocations, exactly as before timed calls."""
     torch = worker.torch
-
     began = time.perf_counter()
     worker.kept, worker.inputs = [], None
     worker.channel.sent = set()  # each call reports what it does (CPU calls reset it in Observer.begin)

