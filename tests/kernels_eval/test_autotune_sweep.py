@@ -19,7 +19,7 @@ from kernels_eval.harness import operator_judge, runner  # noqa: E402
 from kernels_eval.harness.judge import Outcome, Recorded  # noqa: E402
 from kernels_eval.harness.protocol import WorkerReply  # noqa: E402
 from kernels_eval.harness.verdict import Verdict  # noqa: E402
-from kernels_eval.harness.worker_commands import Sweep  # noqa: E402
+from kernels_eval.harness.worker_commands import Sweep, encode_command  # noqa: E402
 
 KEY = "(64, 'torch.float32')"
 TUNED = {"ok": True, "tuned": [{"kernel": "gemm", "key": KEY, "indices": [0, 2, 5],
@@ -203,8 +203,8 @@ class Judge(runner.OperatorJudge):
         self.state = {"snapshot": "of this judge's worker"}  # its Model's init-time state, as `_init` keeps it
 
     def _request(self, message, timeout_s=None):
-        self.sent.append(message)
         assert isinstance(message, Sweep)
+        self.sent.append(encode_command(message))  # as the pipe carries it
         return TUNED
 
     def _judged_call(self, model, init_kwargs, input_kwargs, **flags):
