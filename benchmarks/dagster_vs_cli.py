@@ -7,7 +7,9 @@ byte for byte.
         --storage sqlite postgres --rounds 2 --results benchmarks/results/dagster_vs_cli.txt
     .venv/bin/python benchmarks/dagster_vs_cli.py --root /tmp/fleet --profiles 1303 --storage sqlite postgres
 
-Both paths start from nothing: a fresh trace store, and for Dagster a fresh instance (its run history) too.
+Both paths start from nothing: a fresh trace store, and for Dagster a fresh instance (its run history) too;
+`--instance existing` creates each instance's storage, empty, before the clock starts (what every run-pipeline
+after a checkout's first finds in ./.dagster_home), and `--instance fresh existing` measures both in each round.
 With --profiles below the fleet's size, profiles first..first+N-1 are copied under --work with a fleet.yaml of
 their own (`benchmarks/fleet.py`'s subfleet: run-pipeline makes a partition of every trace file under its
 trace root); with every profile of the fleet, the fleet's root and its fleet_N.yaml are used as they are. In
@@ -115,8 +117,16 @@ def release_files(release: Path) -> dict[str, bytes]:
     return {p.relative_to(release).as_posix(): p.read_bytes() for p in sorted(release.rglob("*")) if p.is_file()}
 
 
-def one_round(traces: Path, fleet: Path, work: Path, storages: list[str], pg: Postgres | None) -> list[dict]:
-    """`hotshape build`, then `hotshape run-pipeline` on each storage, each from nothing; their times."""
+def initialise(home: Path) -> None:
+    """Create the instance's storage (tables, sqlite files) as a first command would, leaving it empty of runs."""
+    code = "import sys, dagster; dagster.DagsterInstance.from_config(sys.argv[1]).dispose()"
+    subprocess.run([sys.executable, "-c", code, str(home)], check=True, capture_output=True, cwd=REPO)
+
+
+def one_round(traces: Path, fleet: Path, work: Path, storages: list[str], pg: Postgres | None,
+              instance: str = "fresh") -> list[dict]:
+    """`hotshape build`, then `hotshape run-pipeline` on each storage, each from nothing (with `instance`
+    "existing", the Dagster instance's storage is created, empty, before the clock starts); their times."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / "no-submissions").mkdir()
@@ -125,11 +135,13 @@ def one_round(traces: Path, fleet: Path, work: Path, storages: list[str], pg: Po
     rows = []
     for storage in storages:
         home = dagster_home(work / f"home-{storage}", pg.new_database() if storage == "postgres" else None)
+        if instance == "existing":
+            initialise(home)
         out = work / f"pipeline-{storage}"
         t = timed([*HOTSHAPE, "run-pipeline", "--traces", str(traces), "--fleet", str(fleet), "--out", str(out),
                    "--submissions", str(work / "no-submissions"), "--dagster-home", str(home)])
         same = release_files(work / "cli" / "hotshape") == release_files(out / "releases" / "hotshape")
-        rows.append({"storage": storage, "cli": cli, "dagster": t, "identical": same})
+        rows.append({"storage": storage, "cli": cli, "dagster": t, "identical": same, "instance": instance})
     return rows
 
 
@@ -137,7 +149,8 @@ def line(n: int, mb: float, row: dict) -> str:
     cli, dag = row["cli"], row["dagster"]
     cpu = {k: t["user_s"] + t["sys_s"] for k, t in (("cli", cli), ("dagster", dag))}
     return (f"N={n:<5} json_mb={mb:7.1f} storage={row['storage']:<8} build_wall_s={cli['wall_s']:6.1f} "
-            f"dagster_wall_s={dag['wall_s']:6.1f} ratio_wall={dag['wall_s'] / cli['wall_s']:5.2f} "
+            f"instance={row['instance']:<8} dagster_wall_s={dag['wall_s']:6.1f} "
+            f"ratio_wall={dag['wall_s'] / cli['wall_s']:5.2f} "
             f"build_cpu_s={cpu['cli']:6.1f} dagster_cpu_s={cpu['dagster']:6.1f} "
             f"ratio_cpu={cpu['dagster'] / cpu['cli']:5.2f} releases_identical={'yes' if row['identical'] else 'NO'}")
 
@@ -153,6 +166,10 @@ def main(argv=None) -> int:
     parser.add_argument("--first", type=int, default=41, help="first profile of a smaller fleet (41: after the long ones)")
     parser.add_argument("--storage", nargs="+", choices=("sqlite", "postgres"), default=["sqlite", "postgres"])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--instance", nargs="+", choices=("fresh", "existing"), default=["fresh"],
+                        help="the Dagster instance each run-pipeline starts on: fresh (its first command: storage "
+                             "created inside the timed run) or existing (created, empty, beforehand: a later "
+                             "command); with both, each round runs Dagster once per storage for each")
     parser.add_argument("--work", type=Path, default=Path("/tmp/dagster-vs-cli"))
     parser.add_argument("--results", type=Path, help="append the lines here")
     args = parser.parse_args(argv)
@@ -174,9 +191,10 @@ def main(argv=None) -> int:
         if pg is not None:
             pg.__enter__()
         for _ in range(args.rounds):
-            for row in one_round(traces, fleet, args.work / "run", args.storage, pg):
-                lines.append(line(args.profiles if args.profiles < total else total, mb, row))
-                print(lines[-1], flush=True)
+            for instance in args.instance:
+                for row in one_round(traces, fleet, args.work / "run", args.storage, pg, instance):
+                    lines.append(line(args.profiles if args.profiles < total else total, mb, row))
+                    print(lines[-1], flush=True)
     finally:
         if pg is not None:
             pg.__exit__()
