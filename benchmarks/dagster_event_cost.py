@@ -1,8 +1,9 @@
 """What Dagster's event log costs per event: one single-run batch of N partitions of two trivial assets and a
 partitioned check (3 events per partition, what a batch ingest writes), on sqlite or on a PostgreSQL URL, with
-Postgres connections opened per event (Dagster's default) or held (`optimize_for_webserver`).
+Postgres connections opened per event (Dagster's default) or held (`optimize_for_webserver`), and sqlite files
+closed after each event (Dagster's default) or kept open (`--held-files`: pipelines/sqlite_files.py).
 
-    .venv/bin/python benchmarks/dagster_event_cost.py sqlite 200
+    .venv/bin/python benchmarks/dagster_event_cost.py sqlite 200 [--held-files]
     .venv/bin/python benchmarks/dagster_event_cost.py postgres 200 --url postgresql+psycopg2://USER@HOST:PORT/DB [--held]
 
 Prints wall and CPU seconds of this process (a Postgres server's own CPU is not counted) and the events written.
@@ -15,9 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import dagster as dg
 
@@ -55,11 +58,18 @@ def main() -> None:
     parser.add_argument("partitions", type=int)
     parser.add_argument("--url", help="postgresql+psycopg2://... of an empty database")
     parser.add_argument("--held", action="store_true", help="hold one connection per storage")
+    parser.add_argument("--held-files", action="store_true",
+                        help="sqlite: keep the instance's files open, synchronous=NORMAL (what run-pipeline does)")
     args = parser.parse_args()
     home = tempfile.mkdtemp()
     if args.storage == "postgres":
         with open(f"{home}/dagster.yaml", "w") as f:
             f.write(f"storage:\n  postgres:\n    postgres_url: {args.url}\n")
+    if args.held_files:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from pipelines.sqlite_files import held
+
+        held(home).__enter__()  # left open until the process ends, as run-pipeline holds them for its whole run
     instance = dg.DagsterInstance.from_config(home)
     if args.held:
         instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
@@ -69,7 +79,8 @@ def main() -> None:
     result = dg.materialize([first, second, checked], instance=instance, tags={
         "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     print(f"storage={args.storage} held={args.held} partitions={args.partitions} "
-          f"batch_size={os.environ.get('DAGSTER_EVENT_BATCH_SIZE', '0')} wall_s={time.perf_counter() - start:.2f} "
+          f"held_files={args.held_files} batch_size={os.environ.get('DAGSTER_EVENT_BATCH_SIZE', '0')} "
+          f"wall_s={time.perf_counter() - start:.2f} "
           f"cpu_s={cpu() - cpu0:.2f} events={len(result.all_events)} success={result.success}")
 
 
