@@ -35,11 +35,11 @@ class Rule:
 @dataclass(frozen=True)
 class Role:
     """What a kernel does whatever op launched it, when its name says it is no operator's compute: a copy or
-    cast, a fill, a collective, a reduction. Decided before the op rules, so that a cast inside aten::linear
+    cast, a fill, a collective, a reduction, a GEMM op's elementwise arithmetic. Decided before the op rules, so that a cast inside aten::linear
     is no GEMM; `within` limits it to rows whose op rules chose one of those operators (a reduction is a
     norm's own work, but not a GEMM's or an attention's)."""
 
-    name: str  # "copy", "fill", "communication", "reduction": names the rule in messages (roles.copy)
+    name: str  # "copy", "fill", "communication", "reduction", "elementwise": names the rule in messages (roles.copy)
     operator: str
     kernel: re.Pattern
     within: frozenset[str] | None = None  # None: whatever the op rules chose
