@@ -25,7 +25,7 @@ class GpuFields(NamedTuple):
     correlation: list[int | None]
     external_id: list[int | None]
     graph_node: list[bool]
-    grid: list[list[int] | None]
+    grid: list[tuple[int, int, int] | None]
 
 
 class LaunchFields(NamedTuple):
@@ -69,7 +69,7 @@ def gpu_fields(gpu: list) -> GpuFields:
         correlation=field(args, "correlation"),
         external_id=field(args, "external_id"),
         graph_node=list(map(bool, field(args, "graph_id"))),
-        grid=list(map(_grid, field(args, "grid"))),
+        grid=_grids(field(args, "grid")),
     )
 
 
@@ -108,10 +108,17 @@ def _ids(values: list, fallbacks: list) -> list[int]:
     return [v if type(v) is int else _int(v, _int(f, 0)) for v, f in zip(values, fallbacks)]
 
 
-def _grid(value) -> list[int] | None:
+def _grids(values: list) -> list[tuple[int, int, int] | None]:
+    """Each event's launch grid (`_grid`), equal grids sharing one tuple: a trace launches a few distinct grids
+    many times over, and a list per kernel is kept until attribution (tests/ingest/test_kineto_events.py)."""
+    shared: dict[tuple, tuple] = {}
+    return [None if grid is None else shared.setdefault(grid, grid) for grid in map(_grid, values)]
+
+
+def _grid(value) -> tuple[int, int, int] | None:
     """A launch grid as three non-negative ints, else None (absent on HIP-graph and hipModuleLaunchKernel rows)."""
     if type(value) is list and len(value) == 3 and all(type(v) is int and 0 <= v < 2**31 for v in value):
-        return value
+        return tuple(value)
     return None
 
 

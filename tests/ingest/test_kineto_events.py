@@ -139,8 +139,9 @@ def _peak_rss_of_ingest(trace, tmp_path, env=None) -> tuple[int, subprocess.Comp
 
 def test_memory_grows_with_what_is_kept_not_with_the_json(tmp_path):
     """A 1 GiB-inflating gzip of one string stays well under 1 GB and is named; a million events of a real trace
-    cost the process less than its JSON text and 200 MiB (the reader that held the text took 804 MiB for 311 MiB
-    of JSON, this one 418)."""
+    cost the process less than its JSON text and 256 MiB (the reader that held the text took 804 MiB for 311 MiB
+    of JSON, this one 418; each kernel's launch grid, kept since the grid column, costs ~65 MiB more per million
+    events: 442 MiB without it, 512 with it)."""
     from benchmarks.big_trace import write_big_trace, write_bomb
 
     bomb = tmp_path / "bomb.json.gz"
@@ -153,7 +154,7 @@ def test_memory_grows_with_what_is_kept_not_with_the_json(tmp_path):
     text_bytes = len(gzip.decompress(big.read_bytes()))
     rss, proc = _peak_rss_of_ingest(big, tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
-    assert rss < 200 * 2**20 + text_bytes, (rss, text_bytes)
+    assert rss < 256 * 2**20 + text_bytes, (rss, text_bytes)
 
 
 def test_the_plain_switch_runs_every_plain_twin_to_the_same_rows(monkeypatch):
