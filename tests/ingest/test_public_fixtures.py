@@ -181,6 +181,7 @@ def test_int64_overflow_quarantines_only_that_trace(tmp_path, field):
 def reader_bug_on_boom(monkeypatch):
     """ingest_trace raising a RuntimeError for any file named boom.json.gz (a bug of a reader, not a TraceError)."""
     import ingest.pipeline as pipeline
+    import ingest.store as store
 
     real = pipeline.ingest_trace
 
@@ -190,6 +191,7 @@ def reader_bug_on_boom(monkeypatch):
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "ingest_trace", flaky)
+    monkeypatch.setattr(store, "ingest_trace", flaky)  # the store holds the name since its imports moved up
 
 
 def test_any_exception_quarantines_only_its_trace(tmp_path, reader_bug_on_boom):
