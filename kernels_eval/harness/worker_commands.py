@@ -62,7 +62,7 @@ class Sweep:
 
 @dataclass(slots=True, kw_only=True)
 class Time:
-    """The worker's own timing loop (harness/worker_timing.py; diagnostics: no verdict reads it)."""
+    """The worker's own timing loop (harness/worker_gpu.py time_command; diagnostics: no parent sends it, no verdict reads it)."""
 
     input_kwargs: dict
     seed: int
