@@ -71,7 +71,7 @@ def mine(traces_root: str | Path, fleet_path: str | Path, hardware: dict | None 
     names = sorted(fleet.assignment())
     with _removed_on_failure(store):
         ts = TraceStore(store)
-        report = ts.ingest([root / n for n in names], names, jobs=jobs, cluster=cluster, meanwhile=_release_imports)
+        report = ts.ingest([root / n for n in names], names, jobs=jobs, cluster=cluster, meanwhile=release_imports)
         return mine_store(ts, fleet, report.ids, policy, unreadable=report.unreadable)
 
 
@@ -91,7 +91,7 @@ def _removed_on_failure(store: str | Path):
         raise
 
 
-def _release_imports() -> None:
+def release_imports() -> None:
     """matplotlib (~0.35 s of imports; the release card draws with it), imported while the store's workers
     parse: this process has nothing else to do then, and one core idles after them."""
     import matplotlib

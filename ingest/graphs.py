@@ -17,7 +17,7 @@ from ingest.kineto import TraceError, to_ns
 from ingest.phases import merged_step
 from ingest.plain import plain
 from ingest.schema import CAPTURE_COLUMNS
-from ingest.tracefile import (decompress, file_exists, is_url, read_file, read_trace_file, sibling, trace_name,
+from ingest.tracefile import (decompress, file_exists, gc_paused, is_url, read_file, read_trace_file, sibling, trace_name,
                               within_folder)
 
 # vLLM (TraceLens patch) and SGLang name the capture window capture_<bs>_<FULL|PIECEWISE|DECODE>;
@@ -92,6 +92,11 @@ def read_capture(path: str | Path) -> pl.DataFrame:
     rows carry no kernel name, the rest are the graph's nodes in launch order.
     """
     path = trace_name(path)
+    with gc_paused():  # a capture trace is hundreds of thousands of JSON objects, none in a cycle
+        return _read_capture(path)
+
+
+def _read_capture(path: str) -> pl.DataFrame:
     doc = _load(path)
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0

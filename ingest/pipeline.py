@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from catalogue.vocabulary import ATTRIBUTED
-from ingest.tracefile import (TraceError, decompress, is_plain_local, is_rocprof_json, is_url,  # noqa: F401
+from ingest.tracefile import (TraceError, decompress, gc_paused, is_plain_local, is_rocprof_json, is_url,  # noqa: F401
                               read_file, read_trace_file, text_head, trace_id_of)
 from ingest.attribution import attribute
 from ingest.classify import classify_events
@@ -34,19 +32,6 @@ class IngestResult:
 
     traces: list[TraceResult]
     quarantined: list[dict]
-
-
-@contextmanager
-def gc_paused():
-    """Cyclic GC off while a trace is read: its objects form no cycles, and the collector's passes
-    over hundreds of thousands of young event objects cost a quarter of the reading time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def read_events(path: str | Path) -> pl.DataFrame:

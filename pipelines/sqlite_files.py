@@ -1,4 +1,5 @@
-"""A sqlite Dagster instance's files held open while `hotshape run-pipeline` writes to them.
+"""A sqlite Dagster instance as `hotshape run-pipeline` writes to it: its files held open, and a batch of asset
+events stored in one transaction per file.
 
 Dagster's sqlite storages open a new connection for every event they store (one to the run's own file, one to the
 cross-run index) and close it afterwards. The files are in WAL mode, and SQLite checkpoints the WAL into the
@@ -17,6 +18,14 @@ While `held(directory)` is open, every sqlite file under `directory` that Dagste
 
 On leaving, our connections close and the last one checkpoints the WAL into each database, as Dagster's would.
 A Postgres instance is untouched (no sqlite file is connected to).
+
+`open_instance(home)` gives the instance of `home`'s dagster.yaml; on Dagster's default sqlite storage its event log
+is `BatchingSqliteEventLogStorage`: Dagster hands a run's asset materialisations to the storage in batches
+(DAGSTER_EVENT_BATCH_SIZE, set by run-pipeline), and Dagster's sqlite event log stores a batch one event at a time,
+each in its own connections to the run's file and to the index (and one more, per event, to ask whether the tag
+table exists). A run of 80 partitions stores 160 materialisations: 0.6-0.7 s of the run that way, 0.13 s in one
+transaction per file (benchmarks/results/dagster_vs_cli.txt). The rows are the same ones, in the same order; the
+webserver and daemon read them with Dagster's own classes.
 """
 
 from __future__ import annotations
@@ -25,6 +34,17 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+
+import dagster as dg
+from dagster._core.events import DagsterEventType
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
+from dagster._serdes import ConfigurableClassData
+
+# what Dagster's instance machinery (dagster 1.13) names its default sqlite storage
+DAGSTER_SQLITE = ("dagster._core.storage.sqlite_storage", "DagsterSqliteStorage")
+BATCHED = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_OBSERVATION}
 
 
 class _Held:
@@ -78,3 +98,57 @@ def held(directory):
     finally:
         event.remove(Engine, "connect", state.on_connect)
         state.close()
+
+
+class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's sqlite event log, storing a batch of one run's materialisations (or observations) in one
+    transaction on the run's file and one on the index, and remembering the tables it found."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
+        super().__init__(base_dir, inst_data)
+        self._tables: set[str] = set()
+
+    def has_table(self, table_name: str) -> bool:
+        # asked before every asset and check event (a connection each); a table, once there, stays
+        if table_name not in self._tables and super().has_table(table_name):
+            self._tables.add(table_name)
+        return table_name in self._tables
+
+    def store_event_batch(self, events) -> None:
+        """What store_event does for each event (the run's row, the index's mirror row, its tags and the asset's
+        latest record), with one connection per file; other batches as Dagster stores them."""
+        if (not events or len({e.run_id for e in events}) != 1
+                or not {e.get_dagster_event().event_type for e in events} <= BATCHED):
+            super().store_event_batch(events)
+            return
+        inserts = [self.prepare_insert_event(event) for event in events]
+        with self.run_connection(events[0].run_id) as conn:
+            for statement in inserts:
+                conn.execute(statement)
+        with self.index_transaction() as conn:
+            ids = [conn.execute(statement).inserted_primary_key[0] for statement in inserts]
+            self._store_asset_event_tags(conn, events, ids)
+            for event, event_id in zip(events, ids):
+                self._store_asset_event(conn, event, event_id)
+
+
+class BatchingSqliteStorage(DagsterSqliteStorage):
+    """Dagster's sqlite storage (runs, schedules, event log under one base directory) with the batching event log."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
+        super().__init__(base_dir, inst_data)
+        self._event_log_storage = BatchingSqliteEventLogStorage(self._event_log_storage._base_dir)
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> BatchingSqliteStorage:
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+
+def open_instance(home: str | Path) -> dg.DagsterInstance:
+    """The instance `home`'s dagster.yaml configures; on Dagster's default sqlite storage, with the batching event
+    log (the same files, the same rows). Any other storage (Postgres) is opened as configured."""
+    ref = InstanceRef.from_dir(str(home))
+    data = ref.storage_data
+    if data is not None and (data.module_name, data.class_name) == DAGSTER_SQLITE:
+        ref = ref._replace(storage_data=ConfigurableClassData(__name__, BatchingSqliteStorage.__name__, data.config_yaml))
+    return dg.DagsterInstance.from_ref(ref)

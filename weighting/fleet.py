@@ -281,7 +281,8 @@ def load_fleet(
         size = Path(path).stat().st_size
         if size > MAX_FLEET_BYTES:
             raise FleetError(f"{source}: {size} bytes, over the {MAX_FLEET_BYTES} a fleet file may hold")
-        doc = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+        # libyaml's parser where pyyaml has it: a tenth of the pure-Python one's time, the same document
+        doc = yaml.load(Path(path).read_bytes().decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except FileNotFoundError:
         raise FleetError(f"{source}: no such fleet file") from None
     except IsADirectoryError:

@@ -11,6 +11,7 @@ import dagster as dg
 import polars as pl
 
 import ingest.schema as ingest_schema
+from flow.build import release_imports
 from pipelines.defs.code_versions import code_version
 from pipelines.defs.lineage import column_lineage
 from pipelines.defs.metadata import add_partition_metadata, column_schema, markdown_table, path_value, rounded, top_operators
@@ -50,8 +51,10 @@ def kernel_events(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
     """
     keys = list(context.partition_keys)
     traces = store.trace_store()
+    # while the pool's workers parse, this process imports what the refresh's release card draws with (as
+    # `hotshape build` does): it is idle then, and the refresh would otherwise wait on those imports
     report = traces.ingest([store.trace_path(k) for k in keys], keys, jobs=1 if len(keys) == 1 else None,
-                           cluster=store.dask_scheduler)
+                           cluster=store.dask_scheduler, meanwhile=release_imports)
     parsed, by_partition = set(report.parsed), {}
     for key in keys:
         trace_id = report.ids.get(key)

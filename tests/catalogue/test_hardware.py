@@ -79,6 +79,27 @@ def test_bad_tables_name_file_and_problem(tmp_path, text, message):
     assert str(path) in str(info.value)
 
 
+ENTRY = ("{name}: {{peak_tflops: {{bf16_tensor: {v}, fp16_tensor: 1, fp8_tensor: 1, tf32_tensor: 1, fp32_vector: 1}},"
+         " hbm_tbps: 1, sources: [s]}}\n")
+
+
+def test_a_table_is_read_again_once_its_file_changes(tmp_path):
+    """Tables are kept by file, size and modification time: a rewritten file is read anew, an unchanged one not,
+    and what the caller changes in its dict is not what the next caller gets."""
+    import os
+
+    path = tmp_path / "hw.yaml"
+    path.write_text(ENTRY.format(name="X", v=1))
+    first = load_hardware(path)
+    first.pop("X")
+    assert load_hardware(path)["X"].peak_tflops["bf16_tensor"] == 1
+    path.write_text(ENTRY.format(name="X", v=2))
+    os.utime(path, ns=(1, 1))  # even with an old time: the size or the time differs
+    assert load_hardware(path)["X"].peak_tflops["bf16_tensor"] == 2
+    path.write_text(ENTRY.format(name="Y", v=3))
+    assert set(load_hardware(path)) == {"Y"} and set(load_hardware()) == NAMES
+
+
 def test_missing_table_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_hardware(tmp_path / "nope.yaml")

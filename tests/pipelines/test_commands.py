@@ -88,6 +88,12 @@ def test_run_pipeline_materializes_everything_and_says_where_it_is(project, monk
     finally:
         instance.dispose()
 
+    # The graph's modules were frozen out of the collector's passes for the run (pipelines.commands.graph_loaded),
+    # and are back in them for whatever this process does next.
+    import gc
+
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
     # The human-readable form on a second run: nothing new, and it still says where things are.
     sys.stdout, sys.stderr = captured
     assert main(ARGS) == 0
@@ -186,3 +192,29 @@ def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report
         assert observed is not None
     finally:
         instance.dispose()
+
+
+def test_the_graph_is_loaded_frozen_with_the_collector_off_and_left_as_found(monkeypatch):
+    """graph_loaded: the graph's modules load with no collection walking them and stay out of the collector's
+    passes while the body runs; on leaving, the collector is as it was."""
+    import gc
+
+    from pipelines.commands import graph_loaded
+
+    seen = []
+    monkeypatch.setitem(sys.modules, "pipelines.definitions", None)  # imported afresh inside, watched below
+    monkeypatch.delitem(sys.modules, "pipelines.definitions")
+    import builtins
+
+    real_import = builtins.__import__
+
+    def watched(name, *args, **kwargs):
+        if name == "pipelines.definitions":
+            seen.append(gc.isenabled())
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", watched)
+    with graph_loaded():
+        inside = (gc.isenabled(), gc.get_freeze_count())
+    assert seen == [False] and inside[0] and inside[1] > 10_000
+    assert gc.get_freeze_count() == 0 and gc.isenabled()

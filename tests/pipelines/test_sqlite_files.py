@@ -1,5 +1,6 @@
-"""pipelines.sqlite_files.held on a real sqlite Dagster instance: the WAL lives on between Dagster's connections,
-its connections commit with synchronous=NORMAL, and everything is in the database files once it is left."""
+"""pipelines.sqlite_files on a real sqlite Dagster instance: held keeps the WAL alive between Dagster's connections,
+its connections commit with synchronous=NORMAL, and everything is in the database files once it is left; the
+batching event log stores a run's batches of materialisations as Dagster's own stores them one by one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sqlite3
 import dagster as dg
 from sqlalchemy import text
 
-from pipelines.sqlite_files import held
+from pipelines.sqlite_files import BatchingSqliteEventLogStorage, held, open_instance
 
 KEYS = [f"trace-{i}.json.gz" for i in range(5)]
 
@@ -59,3 +60,90 @@ def test_files_outside_the_directory_are_left_alone(tmp_path):
             assert conn.execute(text("PRAGMA synchronous")).scalar() == 2
         instance.dispose()
     assert files.in_wal == set() and not (tmp_path / "home" / "history" / "runs" / "index.db-wal").exists()
+
+
+# every index table column that does not hold an id, a timestamp, a run id or a whole serialised event
+INDEX_ROWS = {
+    "event_logs": "dagster_event_type, step_key, asset_key, partition",
+    "asset_keys": "asset_key",
+    "asset_event_tags": "asset_key, key, value",
+    "asset_check_executions": "asset_key, check_name, partition, execution_status",
+    "dynamic_partitions": "partitions_def_name, partition",
+}
+
+
+def _ingest_run(home, instance, store, monkeypatch, batch_size: str) -> dict[str, list]:
+    """One batch run of every example trace partition (kernel_events, op_shape_time, their check) on `instance`;
+    the index's rows, each table sorted, and the latest materialisation's partition per asset."""
+    from pipelines.definitions import ASSETS, CHECKS
+    from tests.pipelines.conftest import QUIET
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", batch_size)
+    keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    result = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
+                            resources={"store": store}, run_config=QUIET,
+                            tags={"dagster/asset_partition_range_start": keys[0],
+                                  "dagster/asset_partition_range_end": keys[-1]})
+    assert result.success
+    latest = {name: instance.get_latest_materialization_event(dg.AssetKey(name)).asset_materialization.partition
+              for name in ("kernel_events", "op_shape_time")}
+    partitions = {name: sorted(instance.get_materialized_partitions(dg.AssetKey(name))) for name in latest}
+    instance.dispose()
+    with sqlite3.connect(home / "history" / "runs" / "index.db") as conn:
+        rows = {t: sorted(conn.execute(f"SELECT {cols} FROM {t}").fetchall(), key=repr) for t, cols in INDEX_ROWS.items()}
+    run_file = next(p for p in (home / "history" / "runs").glob("*.db") if p.name != "index.db")
+    with sqlite3.connect(run_file) as conn:  # the run's own file: its events in the order they were stored
+        rows["run"] = conn.execute("SELECT dagster_event_type, step_key, asset_key, partition FROM event_logs "
+                                   "WHERE dagster_event_type IS NOT NULL ORDER BY id").fetchall()
+    return {"rows": rows, "latest": latest, "partitions": partitions, "keys": keys}
+
+
+def test_a_batch_of_materialisations_is_stored_as_dagster_stores_it_one_by_one(tmp_path, monkeypatch):
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from tests.pipelines.conftest import example_store
+
+    connects = {"count": 0}
+
+    def count(*_):
+        connects["count"] += 1
+
+    event.listen(Engine, "connect", count)
+    try:
+        (tmp_path / "dagster").mkdir()
+        theirs = _ingest_run(tmp_path / "dagster", dg.DagsterInstance.from_config(str(tmp_path / "dagster")),
+                             example_store(tmp_path / "out-dagster"), monkeypatch, "0")
+        one_by_one, connects["count"] = connects["count"], 0
+        (tmp_path / "batching").mkdir()
+        instance = open_instance(tmp_path / "batching")
+        assert isinstance(instance.event_log_storage, BatchingSqliteEventLogStorage)
+        ours = _ingest_run(tmp_path / "batching", instance, example_store(tmp_path / "out-batching"), monkeypatch,
+                           "10000")
+        batched = connects["count"]
+    finally:
+        event.remove(Engine, "connect", count)
+    keys = ours["keys"]
+    assert len(keys) >= 5 and ours["partitions"] == {"kernel_events": sorted(keys), "op_shape_time": sorted(keys)}
+    assert ours["rows"]["run"].count(("ASSET_MATERIALIZATION", "kernel_events", '["kernel_events"]', keys[0])) == 1
+    assert ours == theirs  # the same rows in the index, the same events in the same order in the run's file
+    # one by one: a connection to the run's file, one to the index and one to ask for the tag table, per event (two
+    # materialisations and a check per partition); batched: two per batch, the table asked for once
+    assert one_by_one - batched >= 5 * len(keys), (batched, one_by_one)
+
+
+def test_open_instance_leaves_a_postgres_instance_as_configured(tmp_path):
+    """Only Dagster's default sqlite storage is swapped; any other configured storage is opened as it is."""
+    (tmp_path / "dagster.yaml").write_text("storage:\n  postgres:\n    postgres_url: postgresql+psycopg2://u@127.0.0.1:1/db\n")
+    from dagster._core.instance.ref import InstanceRef
+
+    from pipelines.sqlite_files import DAGSTER_SQLITE
+
+    ref = InstanceRef.from_dir(str(tmp_path))
+    assert (ref.storage_data.module_name, ref.storage_data.class_name) != DAGSTER_SQLITE
+    (tmp_path / "sqlite").mkdir()
+    instance = open_instance(tmp_path / "sqlite")
+    assert instance.get_ref().storage_data.class_name == "BatchingSqliteStorage"
+    assert instance.get_ref().storage_data.config_yaml == f"base_dir: {tmp_path / 'sqlite'}\n"
+    instance.dispose()
