@@ -409,7 +409,8 @@ class TraceStore:
         report = IngestReport()
         # The local pool's workers start (spawn, imports: ~0.5 s of a core each) as soon as it is sure that
         # they will be needed, while this process goes on hashing and indexing the rest (~1 s per 1,000 traces).
-        pool = _Pool(jobs or os.cpu_count() or 1) if not cluster and self.local and jobs != 1 else None
+        # A pool started ahead for this process (start_pool_ahead) is taken instead when its size fits.
+        pool = _pool_for(jobs or os.cpu_count() or 1) if not cluster and self.local and jobs != 1 else None
         with ExitStack() as stack:
             hashes: Iterable = map(_hash, paths)
             if len(paths) > 1:
@@ -573,6 +574,36 @@ class _Pool:
     def shutdown(self) -> None:
         if self.executor is not None:
             self.executor.shutdown()
+
+
+# Pools started by start_pool_ahead, for the next ingest of this process that parses on a local pool to take.
+_AHEAD: list[_Pool] = []
+
+
+def start_pool_ahead(workers: int | None = None) -> _Pool:
+    """A local pool whose workers start now (spawned, their imports loaded: ~0.5 s of a core each), for the next
+    `TraceStore.ingest` of this process that parses on a local pool of that size to take instead of starting one:
+    a caller with work of its own before its ingest (run-pipeline loading Dagster, ~1.5 s of one core) lets the
+    workers start beside it. The ingest that takes it shuts it down; `drop_pool_ahead` does if none did."""
+    pool = _Pool(workers or os.cpu_count() or 1).start()
+    _AHEAD.append(pool)
+    return pool
+
+
+def drop_pool_ahead(pool: _Pool) -> None:
+    """Shut a pool started ahead down, unless an ingest took it (which shut it down itself)."""
+    if pool in _AHEAD:
+        _AHEAD.remove(pool)
+        pool.shutdown()
+
+
+def _pool_for(workers: int) -> _Pool:
+    """A pool started ahead with `workers` workers (taken: no later ingest gets it), else a new one, not started."""
+    pool = next((p for p in _AHEAD if p.workers == workers), None)
+    if pool is None:
+        return _Pool(workers)
+    _AHEAD.remove(pool)
+    return pool
 
 
 def _warm() -> None:

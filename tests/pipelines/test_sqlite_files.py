@@ -147,3 +147,43 @@ def test_open_instance_leaves_a_postgres_instance_as_configured(tmp_path):
     assert instance.get_ref().storage_data.class_name == "BatchingSqliteStorage"
     assert instance.get_ref().storage_data.config_yaml == f"base_dir: {tmp_path / 'sqlite'}\n"
     instance.dispose()
+
+
+@dg.asset
+def _one() -> int:
+    return 1
+
+
+def test_kept_connections_stay_few_survive_threads_and_a_wipe(tmp_path):
+    """One kept connection per file: the index's and the latest KEPT run files'; four threads storing events at once
+    get through Dagster's lock; what was written is what Dagster's own classes read back; a wipe (which deletes
+    the run files) closes them first and the next run writes a new file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    instance = open_instance(tmp_path)
+    storage = instance.event_log_storage
+    runs = [dg.materialize([_one], instance=instance).run_id for _ in range(BatchingSqliteEventLogStorage.KEPT + 3)]
+    assert len(storage._engines) <= BatchingSqliteEventLogStorage.KEPT + 1 and "index" in storage._engines
+
+    def observe(i: int) -> None:
+        for j in range(10):
+            instance.report_runless_asset_event(dg.AssetObservation(asset_key=f"thread_{i}", metadata={"j": j}))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(observe, range(4)))
+    instance.dispose()
+    theirs = dg.DagsterInstance.from_config(str(tmp_path))  # Dagster's own sqlite classes on the same files
+    assert all(any(e.dagster_event_type == dg.DagsterEventType.RUN_SUCCESS for e in theirs.all_logs(r)) for r in runs)
+    observed = [theirs.fetch_observations(dg.AssetKey(f"thread_{i}"), limit=100).records for i in range(4)]
+    assert [len(records) for records in observed] == [10, 10, 10, 10]
+    theirs.dispose()
+
+    instance = open_instance(tmp_path)
+    dg.materialize([_one], instance=instance)
+    instance.wipe()
+    # (the runless events' file, ".db", is left by Dagster's wipe too: its glob skips names that start with a dot)
+    assert [p.name for p in (tmp_path / "history" / "runs").glob("*.db") if p.name != ".db"] == ["index.db"]
+    again = dg.materialize([_one], instance=instance)
+    assert again.success and (tmp_path / "history" / "runs" / f"{again.run_id}.db").is_file()
+    assert instance.get_latest_materialization_event(dg.AssetKey("_one")).run_id == again.run_id
+    instance.dispose()
