@@ -218,3 +218,27 @@ def test_the_graph_is_loaded_frozen_with_the_collector_off_and_left_as_found(mon
         inside = (gc.isenabled(), gc.get_freeze_count())
     assert seen == [False] and inside[0] and inside[1] > 10_000
     assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
+def test_workers_start_ahead_only_for_new_traces_worth_a_parallel_parse(tmp_path, monkeypatch):
+    """workers_ahead: a pool for a trace root with two or more files the store never saw, holding PARALLEL_MIN_BYTES
+    between them; none for fewer bytes, for files the store has seen (a second run), or for no trace root."""
+    from ingest import store as store_module
+    from ingest.store import TraceStore, drop_pool_ahead
+    from pipelines.commands import workers_ahead
+
+    root = tmp_path / "traces"
+    for rel in ("llama3-8b-compiled/eager.json.gz", "deepseek-v2-lite/eager.json.gz"):
+        (root / rel).parent.mkdir(parents=True)
+        shutil.copy(EXAMPLE_TRACES / rel, root / rel)
+    size = sum(p.stat().st_size for p in root.rglob("*.json.gz"))
+    monkeypatch.setattr(store_module, "PARALLEL_MIN_BYTES", size + 1)
+    assert workers_ahead(root, tmp_path / "out") is None
+    monkeypatch.setattr(store_module, "PARALLEL_MIN_BYTES", size)
+    pool = workers_ahead(root, tmp_path / "out")
+    assert pool is not None and pool.executor is not None and not (tmp_path / "out").exists()  # nothing made
+    drop_pool_ahead(pool)
+    keys = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.json.gz"))
+    TraceStore(tmp_path / "out" / "store").ingest([root / k for k in keys], keys, jobs=1)
+    assert workers_ahead(root, tmp_path / "out") is None  # both seen
+    assert workers_ahead(tmp_path / "nowhere", tmp_path / "out") is None
