@@ -554,6 +554,7 @@ class _Pool:
     def __init__(self, workers: int):
         self.workers = workers
         self.executor = None
+        self.ahead: list = []  # futures of the work start_pool_ahead gave it, which an ingest waits for
 
     def start(self) -> _Pool:
         if self.executor is None:
@@ -580,14 +581,30 @@ class _Pool:
 _AHEAD: list[_Pool] = []
 
 
-def start_pool_ahead(workers: int | None = None) -> _Pool:
+def start_pool_ahead(workers: int | None = None, store: TraceStore | None = None,
+                     captures: Iterable[str | Path] = ()) -> _Pool:
     """A local pool whose workers start now (spawned, their imports loaded: ~0.5 s of a core each), for the next
     `TraceStore.ingest` of this process that parses on a local pool of that size to take instead of starting one:
     a caller with work of its own before its ingest (run-pipeline loading Dagster, ~1.5 s of one core) lets the
-    workers start beside it. The ingest that takes it shuts it down; `drop_pool_ahead` does if none did."""
+    workers start beside it. The ingest that takes it shuts it down; `drop_pool_ahead` does if none did.
+
+    With a `store`, its workers then parse the graph-capture traces `captures` into it, each once, as the ingest
+    would in this process (the store's capture tables are keyed by the files' bytes, and what a worker writes is
+    what this process would): the ingest that takes the pool waits for them and finds them stored. A capture trace
+    that cannot be read is left to the ingest, which quarantines its traces as before."""
     pool = _Pool(workers or os.cpu_count() or 1).start()
+    if store is not None and store.local:
+        pool.ahead = [pool.submit(_store_capture, store.url, str(f)) for f in dict.fromkeys(map(str, captures))]
     _AHEAD.append(pool)
     return pool
+
+
+def _store_capture(url: str, file: str) -> None:
+    """One capture trace parsed into the store at `url` unless it is there (in a worker of a pool started ahead)."""
+    try:
+        _open(url)._ensure_captures([file], IngestReport())
+    except TraceError:
+        pass  # the ingest reads it again and quarantines the traces that need it, naming the file
 
 
 def drop_pool_ahead(pool: _Pool) -> None:
@@ -598,11 +615,15 @@ def drop_pool_ahead(pool: _Pool) -> None:
 
 
 def _pool_for(workers: int) -> _Pool:
-    """A pool started ahead with `workers` workers (taken: no later ingest gets it), else a new one, not started."""
+    """A pool started ahead with `workers` workers (taken: no later ingest gets it) once the capture traces it was
+    given are in the store, else a new one, not started."""
+    from concurrent.futures import wait
+
     pool = next((p for p in _AHEAD if p.workers == workers), None)
     if pool is None:
         return _Pool(workers)
     _AHEAD.remove(pool)
+    wait(pool.ahead)
     return pool
 
 

@@ -64,16 +64,6 @@ def dagster_home(path: str | None = None) -> Path:
     return home
 
 
-def check_inputs(store) -> None:
-    """Raise, with a one-line message naming the file, when the trace root or fleet.yaml cannot be used (before any
-    run, so that nothing is created on bad input)."""
-    from weighting.fleet import load_fleet
-
-    if not Path(store.trace_root).is_dir():
-        raise NotADirectoryError(f"{store.trace_root}: trace root is not a directory (--traces)")
-    load_fleet(store.fleet, store.trace_root)  # FleetError (a ValueError) names the file, field and problem
-
-
 def _checks(result, suffix: str = "") -> dict[str, bool]:
     return {f"{e.asset_key.to_user_string()}:{e.check_name}{suffix}": e.passed for e in result.get_asset_check_evaluations()}
 
@@ -253,7 +243,15 @@ def graph_loaded():
 def run_pipeline(args: argparse.Namespace) -> int:
     """Materialize the graph on --traces/--fleet into --out and print where the release and scores are."""
     from ingest.store import drop_pool_ahead
+    from kernels_eval.harness.sandbox import check_bwrap
+    from pipelines.inputs import check_inputs, submission_names
 
+    check_inputs(args.traces, args.fleet)  # bad input: one line and exit 2 (cli.error_line), before anything is made
+    if submission_names(args.submissions):
+        problem = check_bwrap()  # candidates run in bubblewrap: say so first
+        if problem:
+            print(f"hotshape run-pipeline: {problem} (Debian/Ubuntu: apt-get install bubblewrap)", file=sys.stderr)
+            return 2
     ahead = workers_ahead(Path(args.traces), Path(args.out))
     try:
         with graph_loaded():
@@ -266,33 +264,37 @@ def run_pipeline(args: argparse.Namespace) -> int:
 def workers_ahead(trace_root: Path, out: Path):
     """The trace store's local pool, started now (ingest.store.start_pool_ahead) when the trace root holds at least
     two files the store has never seen, with enough bytes between them for the ingest to parse in parallel: its
-    workers then spawn and import beside Dagster's loading (graph_loaded, ~1.5 s of one core) instead of after it,
-    and kernel_events' ingest takes them. None otherwise (a second run on the same traces starts no process)."""
+    workers then spawn, import and parse the graph-capture traces those files are replays of (what the ingest
+    would parse in this process first) beside Dagster's loading (graph_loaded, ~1.5 s of one core) instead of after
+    it, and kernel_events' ingest takes them. None otherwise (a second run on the same traces starts no process)."""
     from ingest.discovery import discover
+    from ingest.graphs import capture_traces_for
     from ingest.store import PARALLEL_MIN_BYTES, TraceStore, start_pool_ahead
+    from ingest.tracefile import TraceError
 
     if not trace_root.is_dir():
         return None
-    seen = set(TraceStore(out / "store").paths()["path"].to_list())  # names ingested before (the path index)
+    store = TraceStore(out / "store")
+    seen = set(store.paths()["path"].to_list())  # names ingested before (the path index)
     new = [p for p in discover([str(trace_root)]) if p.relative_to(trace_root).as_posix() not in seen]
     if len(new) < 2 or sum(p.stat().st_size for p in new) < PARALLEL_MIN_BYTES:
         return None
-    return start_pool_ahead()
+    captures = []
+    for first in {p.parent: p for p in reversed(new)}.values():  # one trace per folder: its sidecar names them all
+        try:
+            captures += capture_traces_for(first)
+        except TraceError:
+            pass  # the ingest quarantines that folder's traces, naming the sidecar
+    return start_pool_ahead(store=store, captures=captures)
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from kernels_eval.harness.sandbox import check_bwrap
     from pipelines.progress import AssetProgress
     from pipelines.resources import HotshapeStore
     from pipelines.sqlite_files import held, open_instance
 
     store = HotshapeStore(trace_root=args.traces, fleet=args.fleet, out=args.out, submissions=args.submissions,
                           device=args.device)
-    check_inputs(store)  # bad input: one line and exit 2 (cli.error_line), before anything is made
-    problem = check_bwrap() if store.submission_keys() else None  # candidates run in bubblewrap: say so first
-    if problem:
-        print(f"hotshape run-pipeline: {problem} (Debian/Ubuntu: apt-get install bubblewrap)", file=sys.stderr)
-        return 2
     home = dagster_home(args.dagster_home)
     for variable, value in EVENT_SETTINGS.items():
         os.environ.setdefault(variable, value)

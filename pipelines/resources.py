@@ -11,6 +11,7 @@ import dagster as dg
 from ingest.discovery import discover
 from ingest.store import TraceStore
 from ingest.tracefile import trace_id_of
+from pipelines.inputs import submission_names
 from weighting.selection import load_policy
 
 # HOTSHAPE_* environment variables override the defaults when definitions load (see store_from_env).
@@ -107,8 +108,7 @@ class HotshapeStore(dg.ConfigurableResource):
     # ---- submissions ----------------------------------------------------------------------------
     def submission_keys(self) -> list[str]:
         """Submission directory names under the submissions root."""
-        root = Path(self.submissions)
-        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+        return submission_names(self.submissions)
 
     def submission_path(self, key: str) -> Path:
         """The directory of submission `key`."""

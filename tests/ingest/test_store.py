@@ -258,25 +258,40 @@ def test_by_default_the_pool_starts_once_the_traces_to_parse_repay_it(tmp_path, 
 
 
 def test_a_pool_started_ahead_is_the_one_the_next_ingest_parses_on(tmp_path, monkeypatch):
-    """start_pool_ahead: its workers start at once; the next ingest on a pool of that size takes it (and starts no
-    other, and shuts it down); a second pool ahead that no ingest takes is shut down by drop_pool_ahead."""
+    """start_pool_ahead: its workers start at once and parse the capture traces given; the next ingest on a pool of
+    that size takes it (and starts no other, finds the capture traces stored, and shuts it down); a second pool
+    ahead that no ingest takes is shut down by drop_pool_ahead; a capture trace that cannot be read is left to the
+    ingest, which quarantines the traces that need it as before."""
     from ingest import store as store_module
     from ingest.store import drop_pool_ahead, start_pool_ahead
 
+    from ingest.graphs import capture_traces_for
+
     paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz")]
-    ahead = start_pool_ahead(2)
-    assert ahead.executor is not None and store_module._AHEAD == [ahead]
+    captures = [c for p in paths for c in capture_traces_for(p)]
+    ahead = start_pool_ahead(2, TraceStore(tmp_path / "store"), captures)
+    assert ahead.executor is not None and store_module._AHEAD == [ahead] and len(ahead.ahead) == len(captures) >= 1
     starts = _watched_pool(monkeypatch, tmp_path / "store")
     submitted = []
     real_submit = store_module._Pool.submit
     monkeypatch.setattr(store_module._Pool, "submit", lambda pool, fn, *a: (submitted.append(pool), real_submit(pool, fn, *a))[1])
     report = TraceStore(tmp_path / "store").ingest(paths, jobs=2)
     assert len(report.parsed) == 3 and set(submitted) == {ahead} and starts == []  # no pool of its own
+    # the capture traces were parsed by the pool's workers before the ingest began: it found them stored
+    assert len(captures) >= 2 and report.captures_parsed == [] and len(report.captures_reused) == len(set(captures))
     assert store_module._AHEAD == [] and ahead.executor._shutdown_thread  # taken, and shut down by the ingest
     drop_pool_ahead(ahead)  # taken: nothing to do
     unused = start_pool_ahead(2)
     drop_pool_ahead(unused)
     assert store_module._AHEAD == [] and unused.executor._shutdown_thread
+    bad = _copy(tmp_path / "b", GRAPH)
+    [capture] = capture_traces_for(bad)
+    capture.write_bytes(b"{not json")
+    start_pool_ahead(2, TraceStore(tmp_path / "bad-store"), [capture])
+    report = TraceStore(tmp_path / "bad-store").ingest([bad, _copy(tmp_path / "b", EAGER)], jobs=2)
+    reasons = {q["path"]: q["reason"] for q in TraceStore(tmp_path / "bad-store").quarantined()}
+    assert store_module._AHEAD == [] and len(report.parsed) == 2 and list(reasons) == [str(bad)]
+    assert "invalid JSON" in reasons[str(bad)]
 
 
 def test_a_folders_capture_sidecar_is_read_once_and_its_error_quarantines_each_of_its_traces(tmp_path, monkeypatch):
