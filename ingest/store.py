@@ -588,23 +588,27 @@ def start_pool_ahead(workers: int | None = None, store: TraceStore | None = None
     a caller with work of its own before its ingest (run-pipeline loading Dagster, ~1.5 s of one core) lets the
     workers start beside it. The ingest that takes it shuts it down; `drop_pool_ahead` does if none did.
 
-    With a `store`, its workers then parse the graph-capture traces `captures` into it, each once, as the ingest
-    would in this process (the store's capture tables are keyed by the files' bytes, and what a worker writes is
-    what this process would): the ingest that takes the pool waits for them and finds them stored. A capture trace
+    With a `store`, one of its workers then parses the graph-capture traces `captures` into it, each once, as the
+    ingest would in this process (the store's capture tables are keyed by the files' bytes, and what a worker writes
+    is what this process would), leaving the other core to the caller: the ingest that takes the pool waits for
+    them and finds them stored. A capture trace
     that cannot be read is left to the ingest, which quarantines its traces as before."""
     pool = _Pool(workers or os.cpu_count() or 1).start()
     if store is not None and store.local:
-        pool.ahead = [pool.submit(_store_capture, store.url, str(f)) for f in dict.fromkeys(map(str, captures))]
+        # one task: one worker, not all, so that the caller's own work (Dagster's loading) keeps a core
+        pool.ahead = [pool.submit(_store_captures, store.url, list(dict.fromkeys(map(str, captures))))]
     _AHEAD.append(pool)
     return pool
 
 
-def _store_capture(url: str, file: str) -> None:
-    """One capture trace parsed into the store at `url` unless it is there (in a worker of a pool started ahead)."""
-    try:
-        _open(url)._ensure_captures([file], IngestReport())
-    except TraceError:
-        pass  # the ingest reads it again and quarantines the traces that need it, naming the file
+def _store_captures(url: str, files: list[str]) -> None:
+    """Capture traces parsed into the store at `url` unless they are there (in a worker of a pool started ahead)."""
+    store = _open(url)
+    for file in files:
+        try:
+            store._ensure_captures([file], IngestReport())
+        except TraceError:
+            pass  # the ingest reads it again and quarantines the traces that need it, naming the file
 
 
 def drop_pool_ahead(pool: _Pool) -> None:

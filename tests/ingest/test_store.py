@@ -270,7 +270,7 @@ def test_a_pool_started_ahead_is_the_one_the_next_ingest_parses_on(tmp_path, mon
     paths = [_copy(tmp_path / "t", GRAPH), _copy(tmp_path / "t", EAGER), _copy(tmp_path / "t", "qwen3-30b-a3b/eager.json.gz")]
     captures = [c for p in paths for c in capture_traces_for(p)]
     ahead = start_pool_ahead(2, TraceStore(tmp_path / "store"), captures)
-    assert ahead.executor is not None and store_module._AHEAD == [ahead] and len(ahead.ahead) == len(captures) >= 1
+    assert ahead.executor is not None and store_module._AHEAD == [ahead] and len(ahead.ahead) == 1  # one task
     starts = _watched_pool(monkeypatch, tmp_path / "store")
     submitted = []
     real_submit = store_module._Pool.submit
