@@ -39,12 +39,14 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.events import DagsterEventType
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
-from dagster._serdes import ConfigurableClassData
+from dagster._serdes import ConfigurableClassData, serialize_value
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
@@ -118,9 +120,9 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
     KEPT = 4  # run files whose connection is kept, besides the index's (a run-pipeline writes one run at a time)
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
-        super().__init__(base_dir, inst_data)
         self._tables: set[str] = set()
         self._engines: dict[str, Engine] = {}  # shard -> its engine of one kept connection, latest used last
+        super().__init__(base_dir, inst_data)  # which connects to a new index file
 
     @contextmanager
     def _connect(self, shard: str):
@@ -175,8 +177,25 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
         with self.index_transaction() as conn:
             ids = [conn.execute(statement).inserted_primary_key[0] for statement in inserts]
             self._store_asset_event_tags(conn, events, ids)
-            for event, event_id in zip(events, ids):
-                self._store_asset_event(conn, event, event_id)
+            # An asset's row takes fixed columns from each event (the latest materialisation, run, time): written
+            # for every event in turn, it ends as the last event of each kind left it. So only those are written.
+            last = {(e.get_dagster_event().asset_key, e.get_dagster_event().event_type): i for i, e in enumerate(events)}
+            for i in sorted(last.values()):
+                self._store_asset_event(conn, events[i], ids[i])
+
+    def _store_asset_check_evaluation_planned(self, event, event_id) -> None:
+        # Dagster's (1.13.27), with the planned event serialised once for all its partitions' rows, not once per
+        # row: the event names the run's whole partition range, so per row that is N serialisations of N keys
+        planned = event.dagster_event.event_specific_data
+        keys = planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
+        serialized, timestamp = serialize_value(event), self._event_insert_timestamp(event)
+        with self.index_connection() as conn:
+            conn.execute(AssetCheckExecutionsTable.insert().values([
+                dict(asset_key=planned.asset_key.to_string(), check_name=planned.check_name, partition=key,
+                     run_id=event.run_id, execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                     evaluation_event=serialized, evaluation_event_timestamp=timestamp,
+                     evaluation_event_storage_id=event_id)
+                for key in keys]))
 
 
 class BatchingSqliteStorage(DagsterSqliteStorage):

@@ -9,6 +9,8 @@ import sqlite3
 import dagster as dg
 from sqlalchemy import text
 
+from dagster._serdes import deserialize_value
+
 from pipelines.sqlite_files import BatchingSqliteEventLogStorage, held, open_instance
 
 KEYS = [f"trace-{i}.json.gz" for i in range(5)]
@@ -92,11 +94,15 @@ def _ingest_run(home, instance, store, monkeypatch, batch_size: str) -> dict[str
     instance.dispose()
     with sqlite3.connect(home / "history" / "runs" / "index.db") as conn:
         rows = {t: sorted(conn.execute(f"SELECT {cols} FROM {t}").fetchall(), key=repr) for t, cols in INDEX_ROWS.items()}
+        last = conn.execute("SELECT asset_key, last_materialization FROM asset_keys WHERE last_materialization "
+                            "IS NOT NULL ORDER BY asset_key").fetchall()
+    records = {key: deserialize_value(value) for key, value in last}
+    rows["last"] = {key: (r.storage_id, r.event_log_entry.dagster_event.partition) for key, r in records.items()}
     run_file = next(p for p in (home / "history" / "runs").glob("*.db") if p.name != "index.db")
     with sqlite3.connect(run_file) as conn:  # the run's own file: its events in the order they were stored
         rows["run"] = conn.execute("SELECT dagster_event_type, step_key, asset_key, partition FROM event_logs "
                                    "WHERE dagster_event_type IS NOT NULL ORDER BY id").fetchall()
-    return {"rows": rows, "latest": latest, "partitions": partitions, "keys": keys}
+    return {"rows": rows, "latest": latest, "partitions": partitions, "keys": keys, "last": rows.pop("last")}
 
 
 def test_a_batch_of_materialisations_is_stored_as_dagster_stores_it_one_by_one(tmp_path, monkeypatch):
@@ -128,6 +134,8 @@ def test_a_batch_of_materialisations_is_stored_as_dagster_stores_it_one_by_one(t
     assert len(keys) >= 5 and ours["partitions"] == {"kernel_events": sorted(keys), "op_shape_time": sorted(keys)}
     assert ours["rows"]["run"].count(("ASSET_MATERIALIZATION", "kernel_events", '["kernel_events"]', keys[0])) == 1
     assert ours == theirs  # the same rows in the index, the same events in the same order in the run's file
+    # each asset's row names the same latest materialisation (the same storage id and partition) as Dagster's
+    assert ours["last"] == theirs["last"] and len(ours["last"]) == 2
     # one by one: a connection to the run's file, one to the index and one to ask for the tag table, per event (two
     # materialisations and a check per partition); batched: two per batch, the table asked for once
     assert one_by_one - batched >= 5 * len(keys), (batched, one_by_one)
@@ -187,3 +195,33 @@ def test_kept_connections_stay_few_survive_threads_and_a_wipe(tmp_path):
     assert again.success and (tmp_path / "history" / "runs" / f"{again.run_id}.db").is_file()
     assert instance.get_latest_materialization_event(dg.AssetKey("_one")).run_id == again.run_id
     instance.dispose()
+
+
+def test_a_planned_check_of_many_partitions_is_stored_as_dagster_stores_it(tmp_path):
+    """The planned event of a check over a run's partition range: one row per partition, each holding the event, as
+    Dagster's storage writes them (ours serialises the event once, not once per row)."""
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+
+    from pipelines.definitions import ASSETS, CHECKS
+    from tests.pipelines.conftest import QUIET, example_store
+
+    (tmp_path / "home").mkdir()
+    instance = open_instance(tmp_path / "home")
+    store = example_store(tmp_path / "out")
+    keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events"], instance=instance, resources={"store": store},
+                         run_config=QUIET, tags={"dagster/asset_partition_range_start": keys[0],
+                                                 "dagster/asset_partition_range_end": keys[-1]})
+    [planned] = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED).records
+    instance.dispose()
+    tables = {}
+    for name, cls in (("theirs", SqliteEventLogStorage), ("ours", BatchingSqliteEventLogStorage)):
+        storage = cls(str(tmp_path / name))
+        storage._store_asset_check_evaluation_planned(planned.event_log_entry, planned.storage_id)
+        storage.dispose()
+        with sqlite3.connect(tmp_path / name / "index.db") as conn:
+            tables[name] = conn.execute("SELECT asset_key, check_name, partition, run_id, execution_status, "
+                                        "evaluation_event, evaluation_event_timestamp, evaluation_event_storage_id "
+                                        "FROM asset_check_executions ORDER BY partition").fetchall()
+    assert len(tables["ours"]) == len(keys) >= 5 and tables["ours"] == tables["theirs"]
