@@ -118,6 +118,18 @@ def top_operators(frame: pl.DataFrame, time_col: str, limit: int = 10) -> pl.Dat
     )
 
 
+def top_operators_by(frame: pl.DataFrame, by: str, time_col: str, limit: int = 10) -> pl.DataFrame:
+    """`top_operators` of each `by` group of `frame` in one pass: `by`, operator, `time_col`, share of the group's
+    total, each group's hottest first."""
+    total = pl.col(time_col).sum().over(by)
+    return (
+        frame.group_by(by, "operator").agg(pl.col(time_col).sum())
+        .with_columns((pl.col(time_col) / pl.when(total == 0).then(1).otherwise(total)).alias("share"))
+        .sort([by, time_col, "operator"], descending=[False, True, False])
+        .group_by(by, maintain_order=True).head(limit)
+    )
+
+
 def add_partition_metadata(context: dg.AssetExecutionContext, by_partition: dict[str, dict]) -> None:
     """Each partition's own materialisation metadata in a run of many partitions (the UI's page per trace), added
     in one pass.

@@ -107,3 +107,23 @@ def test_every_path_in_the_metadata_is_absolute(materialized_on_sqlite):
                     seen += 1
                     assert Path(value.path).is_absolute() and Path(value.path).exists(), (key, name, value.path)
     assert seen >= 4
+
+
+def test_every_traces_top_operators_in_one_pass_are_each_traces_own():
+    """top_operators_by (op_shape_time's figures for a batch of partitions in one pass) gives each group what
+    top_operators gives that group alone: ties broken by name, more than `limit` operators cut, a trace with no GPU
+    time at all (shares 0, not NaN)."""
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from pipelines.defs.metadata import top_operators, top_operators_by
+
+    rows = [("a", f"op{i % 13}", (i * 7919) % 1000) for i in range(60)]  # 13 operators, repeated, some equal sums
+    rows += [("b", "gemm", 5), ("b", "attention", 5), ("b", "rms_norm", 1), ("c", "gemm", 0), ("c", "copy", 0)]
+    frame = pl.DataFrame(rows, schema={"trace_id": pl.String, "operator": pl.String, "gpu_ns": pl.Int64}, orient="row")
+    together = top_operators_by(frame, "trace_id", "gpu_ns")
+    for (trace,), part in frame.partition_by("trace_id", as_dict=True).items():
+        alone = top_operators(part, "gpu_ns")
+        mine = together.filter(pl.col("trace_id") == trace).drop("trace_id")
+        assert_frame_equal(mine, alone.select(mine.columns))
+    assert together.filter(pl.col("trace_id") == "a").height == 10 and together["share"].is_nan().sum() == 0
