@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import sys
 
@@ -125,17 +124,5 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def run() -> None:
-    """The `hotshape` console script: main(), then exit without the interpreter's last collections.
-
-    A command that ran Dagster leaves ~300,000 objects; the collections Python runs while it shuts down walk
-    them all (0.6-0.7 s measured on `run-pipeline`, of a 6 s job: benchmarks/results/dagster_vs_cli.txt).
-    Frozen, they are skipped and freed with the process; atexit handlers and stream flushes run as before.
-    Not in main(), which tests call in their own process."""
-    status = main()
-    gc.freeze()
-    sys.exit(status)
-
-
 if __name__ == "__main__":
-    run()
+    sys.exit(main())

@@ -290,6 +290,8 @@ def load_fleet(
     except UnicodeDecodeError as exc:
         raise FleetError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own bound, where the pure-Python parser recurses
+            raise FleetError(f"{source}: nested too deeply to be a fleet file") from None
         raise FleetError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise FleetError(f"{source}: nested too deeply to be a fleet file") from None

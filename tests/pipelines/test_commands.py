@@ -242,3 +242,19 @@ def test_workers_start_ahead_only_for_new_traces_worth_a_parallel_parse(tmp_path
     TraceStore(tmp_path / "out" / "store").ingest([root / k for k in keys], keys, jobs=1)
     assert workers_ahead(root, tmp_path / "out") is None  # both seen
     assert workers_ahead(tmp_path / "nowhere", tmp_path / "out") is None
+
+
+def test_the_exit_is_frozen_unless_triton_is_loaded():
+    """exit_frozen (run at run-pipeline's exit): everything frozen, so that the interpreter's last collections skip
+    it; not with Triton loaded, whose nanobind bindings would print every instance still alive as a leak."""
+    import gc
+
+    from pipelines.commands import exit_frozen
+
+    try:
+        exit_frozen({"triton._C.libtriton": object()})
+        assert gc.get_freeze_count() == 0
+        exit_frozen({"polars": object()})
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()
