@@ -591,8 +591,8 @@ def start_pool_ahead(workers: int | None = None, store: TraceStore | None = None
     With a `store`, one of its workers then parses the graph-capture traces `captures` into it, each once, as the
     ingest would in this process (the store's capture tables are keyed by the files' bytes, and what a worker writes
     is what this process would), leaving the other core to the caller: the ingest that takes the pool waits for
-    them and finds them stored. A capture trace
-    that cannot be read is left to the ingest, which quarantines its traces as before."""
+    them and finds them stored. A capture trace that cannot be read is left to the ingest, which quarantines its
+    traces as before."""
     pool = _Pool(workers or os.cpu_count() or 1).start()
     if store is not None and store.local:
         # one task: one worker, not all, so that the caller's own work (Dagster's loading) keeps a core

@@ -224,17 +224,15 @@ def graph_loaded():
     """The graph's modules loaded with the collector off (Dagster's, the assets', what they import and Dagster's
     sqlite storage: ~250,000 objects that live as long as the process, none of them garbage), then frozen while the
     body runs: the collector's full passes, which Dagster's event handling sets off a dozen times a run, no longer
-    walk them (0.5-0.8 s of collections in an 80-trace run-pipeline, benchmarks/results/dagster_vs_cli.txt).
+    walk them (0.5-0.8 s of collections in an 80-trace run-pipeline: benchmarks/README.md, "The orchestrated path").
     Unfrozen on leaving, for a caller that goes on in the same process."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    from ingest.tracefile import gc_paused
+
+    with gc_paused():
         import pipelines.definitions  # noqa: F401 - the import is the point
         import pipelines.sqlite_files  # noqa: F401
+
         gc.freeze()
-    finally:
-        if was_enabled:
-            gc.enable()
     try:
         yield
     finally:
@@ -266,10 +264,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def exit_frozen(modules=None) -> None:
     """At exit, everything frozen: the interpreter's last collections then skip the ~300,000 objects a run of the
-    graph leaves, which are freed with the process (0.6-0.7 s of an 80-trace run-pipeline: benchmarks/results/
-    dagster_vs_cli.txt); `hotshape ingest` does the same. Not once Triton is loaded: its nanobind bindings report
+    graph leaves, which are freed with the process (0.6-0.7 s of an 80-trace run-pipeline: benchmarks/README.md,
+    "The orchestrated path"); `hotshape ingest` does the same. Not once Triton is loaded: its nanobind bindings report
     every instance still alive at exit as a leak, on stderr."""
-    if not any(name == "triton" or name.startswith("triton.") for name in (sys.modules if modules is None else modules)):
+    loaded = sys.modules if modules is None else modules
+    if not any(name == "triton" or name.startswith("triton.") for name in loaded):
         gc.freeze()
 
 
