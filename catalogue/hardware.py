@@ -92,29 +92,14 @@ def _parse(name: str, raw, where: str) -> Hardware:
         sources=tuple(raw.get("sources") or ()), notes=str(raw.get("notes") or ""))
 
 
-# Tables read, by (file, its size and modification time): a refresh reads the table once per fleet load (~14 ms
-# each); a file written since is read again.
-_READ: dict[tuple[str, int, int], dict[str, Hardware]] = {}
-
-
 def load_hardware(path: str | Path | None = None) -> dict[str, Hardware]:
     """The hardware table {accelerator name: Hardware} from `path` (default: the packaged hardware.yaml)."""
     path = Path(path) if path is not None else DEFAULT_PATH
     try:
-        stat = path.stat()
-        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-        if key not in _READ:
-            _READ.clear()
-            _READ[key] = _read(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"hardware table {path} does not exist") from None
-    return dict(_READ[key])
-
-
-def _read(path: Path) -> dict[str, Hardware]:
-    try:
         # libyaml's parser where pyyaml has it: a tenth of the pure-Python one's time, the same document
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"hardware table {path} does not exist") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"hardware table {path} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict) or not raw:

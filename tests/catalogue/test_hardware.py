@@ -84,8 +84,8 @@ ENTRY = ("{name}: {{peak_tflops: {{bf16_tensor: {v}, fp16_tensor: 1, fp8_tensor:
 
 
 def test_a_table_is_read_again_once_its_file_changes(tmp_path):
-    """Tables are kept by file, size and modification time: a rewritten file is read anew, an unchanged one not,
-    and what the caller changes in its dict is not what the next caller gets."""
+    """A rewritten file is read anew (even with an old modification time), and what the caller changes in its dict
+    is not what the next caller gets."""
     import os
 
     path = tmp_path / "hw.yaml"
