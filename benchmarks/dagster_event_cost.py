@@ -1,9 +1,10 @@
 """What Dagster's event log costs per event: one single-run batch of N partitions of two trivial assets and a
 partitioned check (3 events per partition, what a batch ingest writes), on sqlite or on a PostgreSQL URL, with
 Postgres connections opened per event (Dagster's default) or held (`optimize_for_webserver`), and sqlite files
-closed after each event (Dagster's default) or kept open (`--held-files`: pipelines/sqlite_files.py).
+closed after each event (Dagster's default) or kept open (`--held-files`: pipelines/sqlite_files.py), through
+Dagster's sqlite event log or run-pipeline's (`--batching`: pipelines/sqlite_files.open_instance).
 
-    .venv/bin/python benchmarks/dagster_event_cost.py sqlite 200 [--held-files]
+    .venv/bin/python benchmarks/dagster_event_cost.py sqlite 200 [--held-files] [--batching]
     .venv/bin/python benchmarks/dagster_event_cost.py postgres 200 --url postgresql+psycopg2://USER@HOST:PORT/DB [--held]
 
 Prints wall and CPU seconds of this process (a Postgres server's own CPU is not counted) and the events written.
@@ -60,17 +61,24 @@ def main() -> None:
     parser.add_argument("--held", action="store_true", help="hold one connection per storage")
     parser.add_argument("--held-files", action="store_true",
                         help="sqlite: keep the instance's files open, synchronous=NORMAL (what run-pipeline does)")
+    parser.add_argument("--batching", action="store_true",
+                        help="sqlite: run-pipeline's event log (pipelines/sqlite_files.open_instance)")
     args = parser.parse_args()
     home = tempfile.mkdtemp()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     if args.storage == "postgres":
         with open(f"{home}/dagster.yaml", "w") as f:
             f.write(f"storage:\n  postgres:\n    postgres_url: {args.url}\n")
     if args.held_files:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from pipelines.sqlite_files import held
 
         held(home).__enter__()  # left open until the process ends, as run-pipeline holds them for its whole run
-    instance = dg.DagsterInstance.from_config(home)
+    if args.batching:
+        from pipelines.sqlite_files import open_instance
+
+        instance = open_instance(home)
+    else:
+        instance = dg.DagsterInstance.from_config(home)
     if args.held:
         instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
     keys = [f"k{i:05d}" for i in range(args.partitions)]
@@ -79,7 +87,7 @@ def main() -> None:
     result = dg.materialize([first, second, checked], instance=instance, tags={
         "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     print(f"storage={args.storage} held={args.held} partitions={args.partitions} "
-          f"held_files={args.held_files} batch_size={os.environ.get('DAGSTER_EVENT_BATCH_SIZE', '0')} "
+          f"held_files={args.held_files} batching={args.batching} batch_size={os.environ.get('DAGSTER_EVENT_BATCH_SIZE', '0')} "
           f"wall_s={time.perf_counter() - start:.2f} "
           f"cpu_s={cpu() - cpu0:.2f} events={len(result.all_events)} success={result.success}")
 

@@ -41,18 +41,26 @@ from dagster._core.events import DagsterEventType
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
-from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage, _event_logs_directory
 from dagster._serdes import ConfigurableClassData, serialize_value
+from sqlalchemy import and_, bindparam
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
 # what Dagster's instance machinery (dagster 1.13) names its default sqlite storage
 DAGSTER_SQLITE = ("dagster._core.storage.sqlite_storage", "DagsterSqliteStorage")
 BATCHED = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_OBSERVATION}
+EVENTS, CHECKS = SqlEventLogStorageTable, AssetCheckExecutionsTable
+# the planned row of a check evaluation: (asset_key, check_name, run_id, partition) names it, as in Dagster's update
+EVALUATED = {partitioned: CHECKS.update().where(and_(
+    CHECKS.c.asset_key == bindparam("planned_asset_key"), CHECKS.c.check_name == bindparam("planned_check_name"),
+    CHECKS.c.run_id == bindparam("planned_run_id"),
+    CHECKS.c.partition == bindparam("planned_partition") if partitioned else CHECKS.c.partition.is_(None)))
+    for partitioned in (True, False)}
 
 
 class _Held:
@@ -165,17 +173,17 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
 
     def store_event_batch(self, events) -> None:
         """What store_event does for each event (the run's row, the index's mirror row, its tags and the asset's
-        latest record), with one connection per file; other batches as Dagster stores them."""
+        latest record), with one connection per file and one statement executed over the rows; other batches as
+        Dagster stores them."""
         if (not events or len({e.run_id for e in events}) != 1
                 or not {e.get_dagster_event().event_type for e in events} <= BATCHED):
             super().store_event_batch(events)
             return
-        inserts = [self.prepare_insert_event(event) for event in events]
+        rows = [self._event_to_row(event) for event in events]
         with self.run_connection(events[0].run_id) as conn:
-            for statement in inserts:
-                conn.execute(statement)
+            conn.execute(EVENTS.insert(), rows)
         with self.index_transaction() as conn:
-            ids = [conn.execute(statement).inserted_primary_key[0] for statement in inserts]
+            ids = conn.execute(EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True), rows).scalars().all()
             self._store_asset_event_tags(conn, events, ids)
             # An asset's row takes fixed columns from each event (the latest materialisation, run, time): written
             # for every event in turn, it ends as the last event of each kind left it. So only those are written.
@@ -183,19 +191,55 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
             for i in sorted(last.values()):
                 self._store_asset_event(conn, events[i], ids[i])
 
+    def store_event(self, event) -> None:
+        """A check's evaluation in a run as Dagster's store_event stores it (the run's row, the index's mirror row,
+        and its planned row in asset_check_executions updated, or one added), with the event serialised once, not
+        twice, and the index's two writes in one transaction; every other event as Dagster stores it."""
+        dagster_event = event.dagster_event if event.is_dagster_event else None
+        if (dagster_event is None or dagster_event.event_type != DagsterEventType.ASSET_CHECK_EVALUATION
+                or not event.run_id or not self.supports_asset_checks):
+            super().store_event(event)
+            return
+        row = self._event_to_row(event)
+        with self.run_connection(event.run_id) as conn:
+            conn.execute(EVENTS.insert(), row)
+        with self.index_transaction() as conn:
+            event_id = conn.execute(EVENTS.insert(), row).inserted_primary_key[0]
+            self._record_evaluation(conn, event, row, event_id)
+
+    @staticmethod
+    def _record_evaluation(conn, event, row: dict, event_id: int) -> None:
+        # Dagster's _update_asset_check_evaluation (1.13.27) on the caller's connection: the planned row updated,
+        # or a row added when the run planned none
+        evaluation = event.dagster_event.event_specific_data
+        target = evaluation.target_materialization_data
+        values = dict(
+            execution_status=(AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed
+                              else AssetCheckExecutionRecordStatus.FAILED).value,
+            evaluation_event=row["event"], evaluation_event_timestamp=row["timestamp"],
+            evaluation_event_storage_id=event_id,
+            materialization_event_storage_id=target.storage_id if target else None, partition=evaluation.partition)
+        names = dict(asset_key=evaluation.asset_key.to_string(), check_name=evaluation.check_name,
+                     run_id=event.run_id)
+        key = {f"planned_{name}": value for name, value in names.items()}
+        if evaluation.partition is not None:
+            key["planned_partition"] = evaluation.partition
+        if conn.execute(EVALUATED[evaluation.partition is not None], {**key, **values}).rowcount == 0:
+            conn.execute(CHECKS.insert(), {**names, **values})
+
     def _store_asset_check_evaluation_planned(self, event, event_id) -> None:
         # Dagster's (1.13.27), with the planned event serialised once for all its partitions' rows, not once per
         # row: the event names the run's whole partition range, so per row that is N serialisations of N keys
         planned = event.dagster_event.event_specific_data
         keys = planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
         serialized, timestamp = serialize_value(event), self._event_insert_timestamp(event)
-        with self.index_connection() as conn:
-            conn.execute(AssetCheckExecutionsTable.insert().values([
+        with self.index_connection() as conn:  # executed over the rows: no bound on the variables of one statement
+            conn.execute(CHECKS.insert(), [
                 dict(asset_key=planned.asset_key.to_string(), check_name=planned.check_name, partition=key,
                      run_id=event.run_id, execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
                      evaluation_event=serialized, evaluation_event_timestamp=timestamp,
                      evaluation_event_storage_id=event_id)
-                for key in keys]))
+                for key in keys])
 
 
 class BatchingSqliteStorage(DagsterSqliteStorage):

@@ -5,6 +5,7 @@ batching event log stores a run's batches of materialisations as Dagster's own s
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import dagster as dg
 from sqlalchemy import text
@@ -225,3 +226,75 @@ def test_a_planned_check_of_many_partitions_is_stored_as_dagster_stores_it(tmp_p
                                         "evaluation_event, evaluation_event_timestamp, evaluation_event_storage_id "
                                         "FROM asset_check_executions ORDER BY partition").fetchall()
     assert len(tables["ours"]) == len(keys) >= 5 and tables["ours"] == tables["theirs"]
+
+
+def _database(path: Path) -> dict[str, list]:
+    """Every row of every table of a sqlite file, in rowid order, but the times a row or the file was made at (the
+    migrations' table, `create_timestamp` columns: the database's clock, not the event's)."""
+    with sqlite3.connect(path) as conn:
+        out = {}
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'secondary_indexes'"):
+            columns = [c for (_, c, *_) in conn.execute(f"PRAGMA table_info({table})") if c != "create_timestamp"]
+            names = ", ".join(f'"{c}"' for c in columns)
+            out[table] = conn.execute(f"SELECT {names} FROM {table} ORDER BY rowid").fetchall()
+        return out
+
+
+def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp_path, monkeypatch):
+    """Every event of a real batch run (the example traces' partitions: materialisations in batches, the check's
+    planned event and one evaluation per partition, one of them failed, and one evaluation of a partition the run
+    never planned) stored through Dagster's sqlite event log and through ours, in the same calls: every table of
+    the index and of the run's file holds the same rows, ids, timestamps and serialised events included."""
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+    from dagster_shared.record import copy
+
+    from pipelines.definitions import ASSETS, CHECKS
+    from tests.pipelines.conftest import QUIET, example_store
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "10000")
+    (tmp_path / "home").mkdir()
+    instance = open_instance(tmp_path / "home")
+    store = example_store(tmp_path / "out")
+    keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
+                         resources={"store": store}, run_config=QUIET,
+                         tags={"dagster/asset_partition_range_start": keys[0],
+                               "dagster/asset_partition_range_end": keys[-1]})
+    entries = instance.all_logs(run.run_id)
+    instance.dispose()
+    evaluations = [i for i, e in enumerate(entries)
+                   if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+    assert len(evaluations) == len(keys) >= 5
+    first = entries[evaluations[0]]
+    evaluation = first.dagster_event.event_specific_data
+    failed = first._replace(dagster_event=first.dagster_event._replace(
+        event_specific_data=copy(evaluation, passed=False, partition=keys[1])))
+    unplanned = first._replace(dagster_event=first.dagster_event._replace(
+        event_specific_data=copy(evaluation, partition="not/planned.json")))
+    entries = [*entries[:evaluations[1]], failed, *entries[evaluations[1] + 1:], unplanned]
+    calls, batch = [], []  # consecutive materialisations as one batch (as Dagster hands them over), the rest singly
+    for entry in entries:
+        if entry.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            batch.append(entry)
+            continue
+        calls += [batch] if batch else []
+        calls.append([entry])
+        batch = []
+    assert max(len(c) for c in calls) == len(keys)
+    files = {}
+    for name, cls in (("theirs", SqliteEventLogStorage), ("ours", BatchingSqliteEventLogStorage)):
+        storage = cls(str(tmp_path / name))
+        for call in calls:
+            storage.store_event_batch(call) if len(call) > 1 else storage.store_event(call[0])
+        storage.dispose()
+        files[name] = {p.name: _database(p) for p in sorted((tmp_path / name).glob("*.db"))}
+    assert set(files["ours"]) == {"index.db", f"{run.run_id}.db"}
+    for file, tables in files["theirs"].items():
+        for table, rows in tables.items():
+            assert files["ours"][file][table] == rows, (file, table)
+        assert set(files["ours"][file]) == set(tables)
+    checks = files["ours"]["index.db"]["asset_check_executions"]
+    assert len(checks) == len(keys) + 1  # one per planned partition, and the unplanned one added
+    statuses = {row[3]: row[5] for row in checks}  # partition -> execution_status
+    assert statuses[keys[1]] == "FAILED" and statuses[keys[0]] == "SUCCEEDED" and "not/planned.json" in statuses
