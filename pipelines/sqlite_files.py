@@ -126,15 +126,21 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
     used by two threads at once; `wipe`, which deletes run files, and `dispose` close them first."""
 
     KEPT = 4  # run files whose connection is kept, besides the index's (a run-pipeline writes one run at a time)
+    PENDING = 10_000  # check evaluations held at most before they are written (run-pipeline's materialisation batch)
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._tables: set[str] = set()
         self._engines: dict[str, Engine] = {}  # shard -> its engine of one kept connection, latest used last
+        self._pending: list = []  # check evaluations of one run, not written yet
+        self._pending_lock = threading.RLock()
+        self._writing_pending = False
         super().__init__(base_dir, inst_data)  # which connects to a new index file
 
     @contextmanager
     def _connect(self, shard: str):
-        # Dagster's _connect (dagster 1.13.27), with the shard's engine kept instead of made and disposed each time
+        # Dagster's _connect (dagster 1.13.27), with the shard's engine kept instead of made and disposed each time,
+        # and the check evaluations held back written first: whoever reads or writes the files finds them there
+        self._write_pending()
         with self._db_lock:
             engine = self._engines.pop(shard, None)
             if engine is None:
@@ -152,6 +158,7 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
                 yield conn
 
     def _close_files(self) -> None:
+        self._write_pending()
         with self._db_lock:
             for engine in self._engines.values():
                 engine.dispose()
@@ -192,20 +199,42 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
                 self._store_asset_event(conn, events[i], ids[i])
 
     def store_event(self, event) -> None:
-        """A check's evaluation in a run as Dagster's store_event stores it (the run's row, the index's mirror row,
-        and its planned row in asset_check_executions updated, or one added), with the event serialised once, not
-        twice, and the index's two writes in one transaction; every other event as Dagster stores it."""
+        """A check's evaluation in a run is held back and written with the evaluations that follow it, before the
+        next use of the files (the next other event, a read, dispose): as Dagster stores each (the run's row, the
+        index's mirror row, its planned row in asset_check_executions updated, or one added), in one transaction
+        per file, each event serialised once. Every other event as Dagster stores it.
+
+        A check over a batch run's N partitions yields N evaluations in a row; stored one at a time they took 3
+        transactions each. Held back, another process (the webserver) sees them when the check step's next event
+        is stored, as run-pipeline's materialisations are seen at the end of their batch (DAGSTER_EVENT_BATCH_SIZE)."""
         dagster_event = event.dagster_event if event.is_dagster_event else None
         if (dagster_event is None or dagster_event.event_type != DagsterEventType.ASSET_CHECK_EVALUATION
                 or not event.run_id or not self.supports_asset_checks):
             super().store_event(event)
             return
-        row = self._event_to_row(event)
-        with self.run_connection(event.run_id) as conn:
-            conn.execute(EVENTS.insert(), row)
-        with self.index_transaction() as conn:
-            event_id = conn.execute(EVENTS.insert(), row).inserted_primary_key[0]
-            self._record_evaluation(conn, event, row, event_id)
+        with self._pending_lock:
+            if self._pending and self._pending[0].run_id != event.run_id:
+                self._write_pending()
+            self._pending.append(event)
+            if len(self._pending) >= self.PENDING:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        with self._pending_lock:
+            if not self._pending or self._writing_pending:  # (writing them connects: this again, in this thread)
+                return
+            events, self._pending, self._writing_pending = self._pending, [], True
+            try:
+                rows = [self._event_to_row(event) for event in events]
+                with self.run_connection(events[0].run_id) as conn:
+                    conn.execute(EVENTS.insert(), rows)
+                with self.index_transaction() as conn:
+                    ids = conn.execute(EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True),
+                                       rows).scalars().all()
+                    for event, row, event_id in zip(events, rows, ids):
+                        self._record_evaluation(conn, event, row, event_id)
+            finally:
+                self._writing_pending = False
 
     @staticmethod
     def _record_evaluation(conn, event, row: dict, event_id: int) -> None:

@@ -298,3 +298,46 @@ def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp
     assert len(checks) == len(keys) + 1  # one per planned partition, and the unplanned one added
     statuses = {row[3]: row[5] for row in checks}  # partition -> execution_status
     assert statuses[keys[1]] == "FAILED" and statuses[keys[0]] == "SUCCEEDED" and "not/planned.json" in statuses
+
+
+def test_held_back_check_evaluations_are_read_in_process_and_written_at_the_next_event(tmp_path):
+    """A check evaluation stored in ours is read back at once through the same storage (any read writes what is
+    held first), and Dagster's own class on the same files, another process's view, finds it once the run's next
+    event is stored, or another run's evaluation (which is held in its turn), or the storage is disposed."""
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+
+    from pipelines.definitions import ASSETS, CHECKS
+    from tests.pipelines.conftest import QUIET, example_store
+
+    (tmp_path / "home").mkdir()
+    instance = open_instance(tmp_path / "home")
+    store = example_store(tmp_path / "out")
+    [key, *_] = keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events"], instance=instance, resources={"store": store},
+                         run_config=QUIET, tags={"dagster/partition": key})
+    entries = instance.all_logs(run.run_id)
+    instance.dispose()
+    [evaluation] = [e for e in entries if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+    after = entries[entries.index(evaluation) + 1]
+    check_key = dg.AssetCheckKey(dg.AssetKey("kernel_events"), "gpu_time_conserved")
+
+    def evaluated(storage) -> list:
+        return [r.status.value for r in storage.get_asset_check_execution_history(check_key, limit=10)]
+
+    ours = BatchingSqliteEventLogStorage(str(tmp_path / "db"))
+    ours.store_event(entries[0])
+    ours.store_event(evaluation)
+    theirs = SqliteEventLogStorage(str(tmp_path / "db"))
+    assert evaluated(theirs) == []  # held back: not in the files yet
+    ours.store_event(evaluation._replace(run_id="another-run"))  # another run's: the first run's are written first
+    assert evaluated(theirs) == ["SUCCEEDED"] and theirs.get_logs_for_run("another-run") == []
+    ours.store_event(after)
+    assert evaluated(theirs) == ["SUCCEEDED"] * 2 and len(theirs.get_logs_for_run("another-run")) == 1
+    ours.store_event(evaluation._replace(run_id="a-third-run"))
+    assert evaluated(ours) == ["SUCCEEDED"] * 3  # read in-process: written first
+    assert len(theirs.get_logs_for_run("a-third-run")) == 1
+    ours.store_event(evaluation._replace(run_id="a-fourth-run"))
+    ours.dispose()  # what is held is written before the files close
+    assert len(theirs.get_logs_for_run("a-fourth-run")) == 1 and len(evaluated(theirs)) == 4
+    theirs.dispose()
