@@ -152,6 +152,7 @@ class _Root:
                 missing = "does not exist" if not self.base.exists() else "is not a folder"
                 raise FleetError(f"{self.text}: the trace root {missing} (named by --traces for {source})")
             self.real = self.base.resolve()
+            self.resolved = _Resolved()  # for every glob of this root: the folders of its files, resolved once
 
     def glob(self, pattern: str, where: str) -> list[str]:
         """The files `pattern` matches under the root; a FleetError naming `where` (the entry) when the pattern
@@ -160,9 +161,12 @@ class _Root:
             raise FleetError(f"{where} glob {pattern!r} leaves the trace root {self.text} "
                              "(globs are relative to it: no '..', no absolute path or URL)")
         if self.fs is None:
-            hits = [p for p in self.base.glob(pattern) if p.is_file()]
+            if re.search(r"[*?[]", pattern):
+                hits = [p for p in self.base.glob(pattern) if p.is_file()]
+            else:  # a file named outright (a fleet of 1,303 names them so): what the glob would find, unwalked
+                hits = [p for p in (self.base / pattern,) if p.is_file()]
             for p in hits:
-                if not p.resolve().is_relative_to(self.real):
+                if not self.resolved(p).is_relative_to(self.real):
                     raise FleetError(f"{where} glob {pattern!r} matches {p.relative_to(self.base).as_posix()}, "
                                      f"a link to {p.resolve()} outside the trace root {self.text}")
             return sorted(p.relative_to(self.base).as_posix() for p in hits)
@@ -183,7 +187,23 @@ class _Root:
         if self.fs is not None:
             return []
         return sorted(p.relative_to(self.base).as_posix() for p in self.base.glob(pattern)
-                      if p.is_file() and p.resolve().is_relative_to(self.real))
+                      if p.is_file() and self.resolved(p).is_relative_to(self.real))
+
+
+class _Resolved:
+    """`Path.resolve()` of many files of few folders: a file that is no link resolves to its folder's resolved path
+    and its name, so each folder is resolved once (a fleet's 1,303 files: 22 folders) and each file costs one lstat."""
+
+    def __init__(self):
+        self.folders: dict[Path, Path] = {}
+
+    def __call__(self, path: Path) -> Path:
+        if path.is_symlink() or path.name in ("", ".", ".."):
+            return path.resolve()
+        folder = self.folders.get(path.parent)
+        if folder is None:
+            folder = self.folders[path.parent] = path.parent.resolve()
+        return folder / path.name
 
 
 def _positive(value, where: str) -> float:

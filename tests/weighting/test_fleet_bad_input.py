@@ -105,3 +105,27 @@ def test_a_fleet_that_is_not_text_too_large_or_missing_is_named(tmp_path, monkey
     with pytest.raises(FleetError, match=r"nope.yaml: no such fleet file"):
         load_fleet(tmp_path / "nope.yaml", tmp_path, accelerators=ACC)
     assert not os.path.exists(tmp_path / "nope.yaml")
+
+
+def test_paths_under_the_root_resolve_as_path_resolve_resolves_them(layout):
+    """load_fleet resolves each folder once and each file by its folder (fleet._Resolved): on a root of file links,
+    folder links in and out, a link to a link and a folder reached through a link, the same real path as
+    Path.resolve, file by file; and a file through a folder link out of the root is still refused."""
+    root = layout / "root"
+    (root / "b/c").mkdir(parents=True)
+    (root / "b/c/deep.json.gz").write_bytes(b"x")
+    (root / "b/alias.json.gz").symlink_to(root / "a/one.json.gz")
+    (root / "b/chain.json.gz").symlink_to(root / "b/alias.json.gz")
+    (root / "b/rel.json.gz").symlink_to("../a/one.json.gz")
+    (root / "inner").symlink_to(root / "b", target_is_directory=True)
+    (root / "out").symlink_to(layout / "outside", target_is_directory=True)
+    (root / "a/link.json.gz").symlink_to(layout / "outside/secret.json.gz")
+    paths = sorted(p for p in root.glob("**/*") if p.is_file()) + sorted((root / "inner").glob("**/*"))
+    resolved = fleet_module._Resolved()
+    assert len(paths) >= 10 and [resolved(p) for p in paths] == [p.resolve() for p in paths]
+    assert any(p.resolve().parent == (layout / "outside").resolve() for p in paths)  # the links out are among them
+    fleet = load_fleet(fleet_file(layout, ["inner/c/*.json.gz", "b/*.json.gz"]), root, accelerators=ACC)
+    assert fleet.deployment("chat").paths == ("b/alias.json.gz", "b/chain.json.gz", "b/rel.json.gz",
+                                              "inner/c/deep.json.gz")
+    with pytest.raises(FleetError, match=r"out/secret.json.gz.*outside the trace root"):
+        load_fleet(fleet_file(layout, ["out/*.json.gz"]), root, accelerators=ACC)
