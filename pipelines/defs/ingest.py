@@ -127,10 +127,18 @@ with warnings.catch_warnings():
         yield dg.AssetCheckResult(passed=found.pop("passed"), metadata=found)
 
 
+# the last batch_traces answer, by (run, store, partitions): the check and op_shape_time of one batch run ask the
+# same question after kernel_events, whose materialisations no later step changes (reading 1,303 back: ~0.5 s)
+_last_batch: dict[tuple, dict[str, tuple]] = {}
+
+
 def batch_traces(context, store: HotshapeStore, keys: list[str]) -> dict[str, tuple]:
     """Partition → (its kernel_events materialisation record of this run, its trace_id or ''): one query of the
     asset's latest materialisations, no trace file read again. A partition this run did not materialise (the
     asset run on its own) is looked up in the store by its file's bytes, with no record."""
+    asked = (context.run.run_id, store.out, tuple(keys))
+    if asked in _last_batch:
+        return dict(_last_batch[asked])
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=kernel_events.key, asset_partitions=keys), limit=len(keys)).records
     out = {}
@@ -142,7 +150,9 @@ def batch_traces(context, store: HotshapeStore, keys: list[str]) -> dict[str, tu
         if key not in out:
             summary = store.read_summary(key)
             out[key] = (None, summary["trace_id"] if summary else "")
-    return out
+    _last_batch.clear()
+    _last_batch[asked] = out
+    return dict(out)
 
 
 def _conserved_batch(context: dg.AssetCheckExecutionContext, store: HotshapeStore):

@@ -27,11 +27,14 @@ def test_a_batch_of_trace_partitions_is_one_run_and_builds_the_cli_release(tmp_p
     keys = store.trace_keys()
     with dg.instance_for_test() as inst:
         inst.add_dynamic_partitions("trace_files", keys)
+        asked, fetch = [], inst.fetch_materializations  # the run's materialisations read back: once, not per step
+        inst.fetch_materializations = lambda records_filter, **kw: asked.append(records_filter) or fetch(records_filter, **kw)
         ingest = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=inst,
                                 resources={"store": store}, run_config=QUIET,
                                 tags=dict(zip(RANGE, (keys[0], keys[-1]))))
         assert ingest.success
         assert inst.get_materialized_partitions(dg.AssetKey("op_shape_time")) == set(keys)
+        assert [f.asset_key for f in asked] == [dg.AssetKey("kernel_events")]
         evaluations = ingest.get_asset_check_evaluations()
         assert sorted(e.partition for e in evaluations) == sorted(keys) and all(e.passed for e in evaluations)
         ids, left_out = entering_traces(inst, store, load_fleet(store.fleet, store.trace_root))
