@@ -231,30 +231,40 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
                 with self.index_transaction() as conn:
                     ids = conn.execute(EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True),
                                        rows).scalars().all()
-                    for event, row, event_id in zip(events, rows, ids):
-                        self._record_evaluation(conn, event, row, event_id)
+                    self._record_evaluations(conn, events, rows, ids)
             finally:
                 self._writing_pending = False
 
     @staticmethod
-    def _record_evaluation(conn, event, row: dict, event_id: int) -> None:
-        # Dagster's _update_asset_check_evaluation (1.13.27) on the caller's connection: the planned row updated,
-        # or a row added when the run planned none
-        evaluation = event.dagster_event.event_specific_data
-        target = evaluation.target_materialization_data
-        values = dict(
-            execution_status=(AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed
-                              else AssetCheckExecutionRecordStatus.FAILED).value,
-            evaluation_event=row["event"], evaluation_event_timestamp=row["timestamp"],
-            evaluation_event_storage_id=event_id,
-            materialization_event_storage_id=target.storage_id if target else None, partition=evaluation.partition)
-        names = dict(asset_key=evaluation.asset_key.to_string(), check_name=evaluation.check_name,
-                     run_id=event.run_id)
-        key = {f"planned_{name}": value for name, value in names.items()}
-        if evaluation.partition is not None:
-            key["planned_partition"] = evaluation.partition
-        if conn.execute(EVALUATED[evaluation.partition is not None], {**key, **values}).rowcount == 0:
-            conn.execute(CHECKS.insert(), {**names, **values})
+    def _record_evaluations(conn, events: list, rows: list[dict], ids: list[int]) -> None:
+        # Dagster's _update_asset_check_evaluation (1.13.27) for each, on the caller's connection: the planned row
+        # updated, or a row added when the run planned none. Partitioned rows are unique by (asset key, check, run,
+        # partition) (idx_asset_check_executions_unique), so when one statement executed over all of them updates
+        # as many rows as there are evaluations, every one found its row; otherwise each is done again on its own
+        # (the same update twice leaves the same row)
+        updates = []
+        for event, row, event_id in zip(events, rows, ids):
+            evaluation = event.dagster_event.event_specific_data
+            target = evaluation.target_materialization_data
+            values = dict(
+                execution_status=(AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed
+                                  else AssetCheckExecutionRecordStatus.FAILED).value,
+                evaluation_event=row["event"], evaluation_event_timestamp=row["timestamp"],
+                evaluation_event_storage_id=event_id,
+                materialization_event_storage_id=target.storage_id if target else None,
+                partition=evaluation.partition)
+            names = dict(asset_key=evaluation.asset_key.to_string(), check_name=evaluation.check_name,
+                         run_id=event.run_id)
+            key = {f"planned_{name}": value for name, value in names.items()}
+            if evaluation.partition is not None:
+                key["planned_partition"] = evaluation.partition
+            updates.append((evaluation.partition is not None, {**key, **values}, {**names, **values}))
+        partitioned = [update for keyed, update, _ in updates if keyed]
+        if len(partitioned) == len(updates) and conn.execute(EVALUATED[True], partitioned).rowcount == len(updates):
+            return
+        for keyed, update, insert in updates:
+            if conn.execute(EVALUATED[keyed], update).rowcount == 0:
+                conn.execute(CHECKS.insert(), insert)
 
     def _store_asset_check_evaluation_planned(self, event, event_id) -> None:
         # Dagster's (1.13.27), with the planned event serialised once for all its partitions' rows, not once per

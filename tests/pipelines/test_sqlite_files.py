@@ -242,8 +242,8 @@ def _database(path: Path) -> dict[str, list]:
 
 def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp_path, monkeypatch):
     """Every event of a real batch run (the example traces' partitions: materialisations in batches, the check's
-    planned event and one evaluation per partition, one of them failed, and one evaluation of a partition the run
-    never planned) stored through Dagster's sqlite event log and through ours, in the same calls: every table of
+    planned event and one evaluation per partition, one of them failed, and among them one evaluation of a
+    partition the run never planned) stored through Dagster's sqlite event log and through ours, in the same calls: every table of
     the index and of the run's file holds the same rows, ids, timestamps and serialised events included."""
     from dagster._core.storage.event_log import SqliteEventLogStorage
     from dagster_shared.record import copy
@@ -272,7 +272,7 @@ def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp
         event_specific_data=copy(evaluation, passed=False, partition=keys[1])))
     unplanned = first._replace(dagster_event=first.dagster_event._replace(
         event_specific_data=copy(evaluation, partition="not/planned.json")))
-    entries = [*entries[:evaluations[1]], failed, *entries[evaluations[1] + 1:], unplanned]
+    entries = [*entries[:evaluations[1]], failed, unplanned, *entries[evaluations[1] + 1:]]
     calls, batch = [], []  # consecutive materialisations as one batch (as Dagster hands them over), the rest singly
     for entry in entries:
         if entry.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
