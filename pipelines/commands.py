@@ -241,6 +241,13 @@ def graph_loaded():
 
 def run_pipeline(args: argparse.Namespace) -> int:
     """Materialize the graph on --traces/--fleet into --out and print where the release and scores are."""
+    from weighting.fleet import read_once
+
+    with read_once():  # the fleet as the command found it, read once (its assets and checks ask 6 times)
+        return _checked_run(args)
+
+
+def _checked_run(args: argparse.Namespace) -> int:
     from ingest.store import drop_pool_ahead
     from kernels_eval.harness.sandbox import check_bwrap
     from pipelines.inputs import check_inputs, submission_names

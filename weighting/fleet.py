@@ -7,6 +7,7 @@ import difflib
 import math
 import re
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Iterable
@@ -283,6 +284,25 @@ def _deployment(raw, index: int, source: str, accelerators: set[str]) -> Deploym
     )
 
 
+_read_once: dict | None = None  # while read_once() is open: load_fleet's arguments -> the fleet it loaded first
+
+
+@contextmanager
+def read_once():
+    """While open, load_fleet called again with the same arguments returns the fleet its first call loaded (or
+    raises its error again), not a new reading of the file and the trace root: for one command that needs its fleet
+    in several places (run-pipeline's assets and checks ask 6 times; `hotshape build` reads it once), so that all of
+    them see the fleet as the command found it. Nested, the outermost decides."""
+    global _read_once
+    outer = _read_once
+    if outer is None:
+        _read_once = {}
+    try:
+        yield
+    finally:
+        _read_once = outer
+
+
 def load_fleet(
     path: str | Path,
     trace_root: str | Path,
@@ -295,7 +315,26 @@ def load_fleet(
     Errors (FleetError) name the file, deployment and field; a trace that no deployment claims
     is a FleetWarning. `known_traces` (relative paths, e.g. traces.parquet's `path`) replaces
     the scan of the trace root for that check; `accelerators` replaces the hardware table.
+    Inside `read_once()`, a repeated call returns the first one's fleet.
     """
+    memo = _read_once
+    if memo is None:
+        return _load_fleet(path, trace_root, accelerators, known_traces)
+    key = (str(path), str(trace_root), None if accelerators is None else frozenset(accelerators),
+           None if known_traces is None else tuple(known_traces))
+    if key not in memo:
+        try:
+            memo[key] = _load_fleet(path, trace_root, None if accelerators is None else key[2],
+                                    None if known_traces is None else key[3])
+        except FleetError as exc:
+            memo[key] = exc
+    if isinstance(memo[key], FleetError):
+        raise memo[key]
+    return memo[key]
+
+
+def _load_fleet(path: str | Path, trace_root: str | Path, accelerators: Iterable[str] | None,
+                known_traces: Iterable[str] | None) -> Fleet:
     source = str(path)
     try:
         size = Path(path).stat().st_size

@@ -93,12 +93,12 @@ def op_shape_time(context: dg.AssetExecutionContext, store: HotshapeStore) -> dg
         pl.len(), pl.col("operator").n_unique()).iter_rows()}
     tops = {tid: top for (tid,), top in top_operators_by(frame, "trace_id", "gpu_ns").with_columns(
         (pl.col("gpu_ns") / 1e6).alias("gpu_ms")).select("trace_id", "operator", "gpu_ms", "share").partition_by(
-        "trace_id", as_dict=True).items()}
+        "trace_id", as_dict=True, include_key=False).items()}
     empty = pl.DataFrame(schema={"operator": pl.String, "gpu_ms": pl.Float64, "share": pl.Float64})
     by_partition = {}
     for key, trace_id in ids.items():
         rows, operators = counts.get(trace_id, (0, 0))
-        top = tops[trace_id].drop("trace_id") if trace_id in tops else empty
+        top = tops.get(trace_id, empty)
         by_partition[key] = {
             "dagster/row_count": rows, "trace_id": trace_id, "operators": operators,
             "top_operators": markdown_table(top),

@@ -155,8 +155,13 @@ def test_bad_input_outside_a_checkout_creates_nothing(project, capsys):
     assert sorted(p.name for p in project.iterdir()) == before
 
 
-def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report(project, capsys):
-    """fleet.yaml is an observed input: new card-hours alone (no new trace) make weights v2 and its drift page."""
+def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report(project, capsys, monkeypatch):
+    """fleet.yaml is an observed input: new card-hours alone (no new trace) make weights v2 and its drift page. Each
+    run-pipeline reads the fleet once for all its assets and checks (weighting.fleet.read_once), a new one anew."""
+    from weighting import fleet as fleet_module
+
+    reads, read = [], fleet_module._load_fleet
+    monkeypatch.setattr(fleet_module, "_load_fleet", lambda *args: reads.append(args[2]) or read(*args))
     args = ["run-pipeline", "--traces", "traces", "--fleet", "fleet.yaml", "--out", "out", "--submissions", "none"]
     (project / "traces" / "llama3-8b" / "eager.json.gz").parent.mkdir()
     shutil.copy(EXAMPLE_TRACES / "llama3-8b" / "eager.json.gz", project / "traces" / "llama3-8b" / "eager.json.gz")
@@ -166,11 +171,13 @@ def test_an_edit_of_fleet_yaml_refreshes_the_weights_and_writes_the_drift_report
              " traces: ['llama3-8b/*.json.gz']}\n")
     (project / "fleet.yaml").write_text(fleet.replace("CH", "100"))
     assert main(args) == 0
+    assert reads == [None]  # one reading (accelerators from the hardware table) for the input check and every asset
     assert main(args) == 0  # nothing changed: still v1, and the run says how to get new weights
     assert "weights: unchanged since v1 (no new trace, fleet.yaml as before); add traces or edit card-hours" in (
         capsys.readouterr().out)
     (project / "fleet.yaml").write_text(fleet.replace("CH", "46080"))
     assert main(args) == 0
+    assert len(reads) == 3
     out, err = capsys.readouterr()
     assert "fleet.yaml changed since the latest weights" in out and "release: out/releases/hotshape (weights v2)" in out
     drift = project / "out" / "drift" / "hotshape-v2.html"

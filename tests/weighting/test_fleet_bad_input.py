@@ -129,3 +129,28 @@ def test_paths_under_the_root_resolve_as_path_resolve_resolves_them(layout):
                                               "inner/c/deep.json.gz")
     with pytest.raises(FleetError, match=r"out/secret.json.gz.*outside the trace root"):
         load_fleet(fleet_file(layout, ["out/*.json.gz"]), root, accelerators=ACC)
+
+
+def test_inside_read_once_a_fleet_is_read_once_and_its_error_stays(layout):
+    """Within read_once (one run-pipeline), load_fleet with the same arguments returns the first fleet even after the
+    file and the root changed (the command's fleet is the one it found); other arguments read again; outside, every
+    call reads again. A bad fleet raises the same one-line error each time."""
+    path = fleet_file(layout, ["a/*.json.gz"])
+    with fleet_module.read_once():
+        first = load_fleet(path, layout / "root", accelerators=ACC)
+        (layout / "root/a/two.json.gz").write_bytes((layout / "root/a/one.json.gz").read_bytes() + b"2")
+        assert load_fleet(path, layout / "root", accelerators=ACC) is first
+        with fleet_module.read_once():  # nested: the outer one's memory
+            assert load_fleet(path, layout / "root", accelerators=ACC) is first
+        assert load_fleet(path, layout / "root", accelerators={"H200", "B200"}).deployment("chat").paths == (
+            "a/one.json.gz", "a/two.json.gz")
+        bad = fleet_file(layout / "root", ["../outside/*.json.gz"])
+        errors = []
+        for _ in range(2):
+            with pytest.raises(FleetError, match="leaves the trace root") as info:
+                load_fleet(bad, layout / "root", accelerators=ACC)
+            errors.append(info.value)
+        assert errors[0] is errors[1]
+    assert first.deployment("chat").paths == ("a/one.json.gz",)
+    assert load_fleet(path, layout / "root", accelerators=ACC).deployment("chat").paths == (
+        "a/one.json.gz", "a/two.json.gz")
