@@ -25,8 +25,10 @@ is `BatchingSqliteEventLogStorage`: Dagster hands a run's asset materialisations
 each in its own connections to the run's file and to the index (and one more, per event, to ask whether the tag
 table exists), each connection on an engine made for it. Ours stores a batch in one transaction per file and keeps
 one connection per file it writes. A run of 80 partitions stores 160 materialisations: 0.6-0.7 s of the run that
-way, 0.13 s in one transaction per file. The rows are the same ones, in the same order; the webserver and daemon
-read them with Dagster's own classes.
+way, 0.13 s in one transaction per file. Check evaluations are held back and written together, a planned check's
+rows serialised once (pipelines/event_logs.py). The rows are the same ones, in the same order; the webserver and
+daemon read them with Dagster's own classes. On a Postgres instance, open_instance gives pipelines/postgres_events.py's
+event log.
 """
 
 from __future__ import annotations
@@ -39,28 +41,20 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.events import DagsterEventType
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
-from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage, _event_logs_directory
-from dagster._serdes import ConfigurableClassData, serialize_value
-from sqlalchemy import and_, bindparam
+from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
+
+from pipelines.event_logs import EVENTS, HeldCheckEvaluations
 
 # what Dagster's instance machinery (dagster 1.13) names its default sqlite storage
 DAGSTER_SQLITE = ("dagster._core.storage.sqlite_storage", "DagsterSqliteStorage")
 BATCHED = {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_OBSERVATION}
-EVENTS, CHECKS = SqlEventLogStorageTable, AssetCheckExecutionsTable
-# the planned row of a check evaluation: (asset_key, check_name, run_id, partition) names it, as in Dagster's update
-EVALUATED = {partitioned: CHECKS.update().where(and_(
-    CHECKS.c.asset_key == bindparam("planned_asset_key"), CHECKS.c.check_name == bindparam("planned_check_name"),
-    CHECKS.c.run_id == bindparam("planned_run_id"),
-    CHECKS.c.partition == bindparam("planned_partition") if partitioned else CHECKS.c.partition.is_(None)))
-    for partitioned in (True, False)}
 
 
 class _Held:
@@ -116,7 +110,7 @@ def held(directory):
         state.close()
 
 
-class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
+class BatchingSqliteEventLogStorage(HeldCheckEvaluations, SqliteEventLogStorage):
     """Dagster's sqlite event log, storing a batch of one run's materialisations (or observations) in one
     transaction on the run's file and one on the index, remembering the tables it found, and keeping one
     connection per file it writes (the index and the latest run files) instead of a new engine and connection for
@@ -126,14 +120,10 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
     used by two threads at once; `wipe`, which deletes run files, and `dispose` close them first."""
 
     KEPT = 4  # run files whose connection is kept, besides the index's (a run-pipeline writes one run at a time)
-    PENDING = 10_000  # check evaluations held at most before they are written (run-pipeline's materialisation batch)
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
-        self._tables: set[str] = set()
         self._engines: dict[str, Engine] = {}  # shard -> its engine of one kept connection, latest used last
-        self._pending: list = []  # check evaluations of one run, not written yet
-        self._pending_lock = threading.RLock()
-        self._writing_pending = False
+        self._hold_checks()
         super().__init__(base_dir, inst_data)  # which connects to a new index file
 
     @contextmanager
@@ -172,12 +162,6 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
         self._close_files()
         super().dispose()
 
-    def has_table(self, table_name: str) -> bool:
-        # asked before every asset and check event (a connection each); a table, once there, stays
-        if table_name not in self._tables and super().has_table(table_name):
-            self._tables.add(table_name)
-        return table_name in self._tables
-
     def store_event_batch(self, events) -> None:
         """What store_event does for each event (the run's row, the index's mirror row, its tags and the asset's
         latest record), with one connection per file and one statement executed over the rows; other batches as
@@ -198,87 +182,13 @@ class BatchingSqliteEventLogStorage(SqliteEventLogStorage):
             for i in sorted(last.values()):
                 self._store_asset_event(conn, events[i], ids[i])
 
-    def store_event(self, event) -> None:
-        """A check's evaluation in a run is held back and written with the evaluations that follow it, before the
-        next use of the files (the next other event, a read, dispose): as Dagster stores each (the run's row, the
-        index's mirror row, its planned row in asset_check_executions updated, or one added), in one transaction
-        per file, each event serialised once. Every other event as Dagster stores it.
-
-        A check over a batch run's N partitions yields N evaluations in a row; stored one at a time they took 3
-        transactions each. Held back, another process (the webserver) sees them when the check step's next event
-        is stored, as run-pipeline's materialisations are seen at the end of their batch (DAGSTER_EVENT_BATCH_SIZE)."""
-        dagster_event = event.dagster_event if event.is_dagster_event else None
-        if (dagster_event is None or dagster_event.event_type != DagsterEventType.ASSET_CHECK_EVALUATION
-                or not event.run_id or not self.supports_asset_checks):
-            super().store_event(event)
-            return
-        with self._pending_lock:
-            if self._pending and self._pending[0].run_id != event.run_id:
-                self._write_pending()
-            self._pending.append(event)
-            if len(self._pending) >= self.PENDING:
-                self._write_pending()
-
-    def _write_pending(self) -> None:
-        with self._pending_lock:
-            if not self._pending or self._writing_pending:  # (writing them connects: this again, in this thread)
-                return
-            events, self._pending, self._writing_pending = self._pending, [], True
-            try:
-                rows = [self._event_to_row(event) for event in events]
-                with self.run_connection(events[0].run_id) as conn:
-                    conn.execute(EVENTS.insert(), rows)
-                with self.index_transaction() as conn:
-                    ids = conn.execute(EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True),
-                                       rows).scalars().all()
-                    self._record_evaluations(conn, events, rows, ids)
-            finally:
-                self._writing_pending = False
-
-    @staticmethod
-    def _record_evaluations(conn, events: list, rows: list[dict], ids: list[int]) -> None:
-        # Dagster's _update_asset_check_evaluation (1.13.27) for each, on the caller's connection: the planned row
-        # updated, or a row added when the run planned none. Partitioned rows are unique by (asset key, check, run,
-        # partition) (idx_asset_check_executions_unique), so when one statement executed over all of them updates
-        # as many rows as there are evaluations, every one found its row; otherwise each is done again on its own
-        # (the same update twice leaves the same row)
-        updates = []
-        for event, row, event_id in zip(events, rows, ids):
-            evaluation = event.dagster_event.event_specific_data
-            target = evaluation.target_materialization_data
-            values = dict(
-                execution_status=(AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed
-                                  else AssetCheckExecutionRecordStatus.FAILED).value,
-                evaluation_event=row["event"], evaluation_event_timestamp=row["timestamp"],
-                evaluation_event_storage_id=event_id,
-                materialization_event_storage_id=target.storage_id if target else None,
-                partition=evaluation.partition)
-            names = dict(asset_key=evaluation.asset_key.to_string(), check_name=evaluation.check_name,
-                         run_id=event.run_id)
-            key = {f"planned_{name}": value for name, value in names.items()}
-            if evaluation.partition is not None:
-                key["planned_partition"] = evaluation.partition
-            updates.append((evaluation.partition is not None, {**key, **values}, {**names, **values}))
-        partitioned = [update for keyed, update, _ in updates if keyed]
-        if len(partitioned) == len(updates) and conn.execute(EVALUATED[True], partitioned).rowcount == len(updates):
-            return
-        for keyed, update, insert in updates:
-            if conn.execute(EVALUATED[keyed], update).rowcount == 0:
-                conn.execute(CHECKS.insert(), insert)
-
-    def _store_asset_check_evaluation_planned(self, event, event_id) -> None:
-        # Dagster's (1.13.27), with the planned event serialised once for all its partitions' rows, not once per
-        # row: the event names the run's whole partition range, so per row that is N serialisations of N keys
-        planned = event.dagster_event.event_specific_data
-        keys = planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
-        serialized, timestamp = serialize_value(event), self._event_insert_timestamp(event)
-        with self.index_connection() as conn:  # executed over the rows: no bound on the variables of one statement
-            conn.execute(CHECKS.insert(), [
-                dict(asset_key=planned.asset_key.to_string(), check_name=planned.check_name, partition=key,
-                     run_id=event.run_id, execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
-                     evaluation_event=serialized, evaluation_event_timestamp=timestamp,
-                     evaluation_event_storage_id=event_id)
-                for key in keys])
+    def _write_evaluations(self, events: list, rows: list[dict]) -> None:
+        # the run's rows in its file, then the index's mirror rows and check rows in one transaction
+        with self.run_connection(events[0].run_id) as conn:
+            conn.execute(EVENTS.insert(), rows)
+        with self.index_transaction() as conn:
+            ids = conn.execute(EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True), rows).scalars().all()
+            self._record_evaluations(conn, events, rows, ids)
 
 
 class BatchingSqliteStorage(DagsterSqliteStorage):
@@ -294,10 +204,15 @@ class BatchingSqliteStorage(DagsterSqliteStorage):
 
 
 def open_instance(home: str | Path) -> dg.DagsterInstance:
-    """The instance `home`'s dagster.yaml configures; on Dagster's default sqlite storage, with the batching event
-    log (the same files, the same rows). Any other storage (Postgres) is opened as configured."""
+    """The instance `home`'s dagster.yaml configures; on Dagster's default sqlite storage with the batching event log
+    above, on its Postgres storage with pipelines/postgres_events.py's (the same tables, the same rows). Storage
+    configured otherwise (each part on its own, say) is opened as configured."""
     ref = InstanceRef.from_dir(str(home))
     data = ref.storage_data
-    if data is not None and (data.module_name, data.class_name) == DAGSTER_SQLITE:
+    named = None if data is None else (data.module_name, data.class_name)
+    if named == DAGSTER_SQLITE:
         ref = ref._replace(storage_data=ConfigurableClassData(__name__, BatchingSqliteStorage.__name__, data.config_yaml))
+    elif named == ("dagster_postgres", "DagsterPostgresStorage"):
+        ref = ref._replace(storage_data=ConfigurableClassData(
+            "pipelines.postgres_events", "BatchingPostgresStorage", data.config_yaml))
     return dg.DagsterInstance.from_ref(ref)

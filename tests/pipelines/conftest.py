@@ -188,3 +188,47 @@ def definition_metadata(key: str) -> dict:
 
     [spec] = [s for a in ASSETS for s in (a.specs if hasattr(a, "specs") else [a]) if s.key == dg.AssetKey(key)]
     return dict(spec.metadata)
+
+
+def recorded_batch_run(tmp_path: Path, monkeypatch) -> tuple[str, list[str], list[list]]:
+    """The events of a real batch run of the example traces' partitions (kernel_events, op_shape_time and the
+    check), as the calls that hand them to an event log: (run id, partition keys, calls). Consecutive
+    materialisations are one call (a batch, as Dagster hands them over), every other event one call of its own. One
+    evaluation is changed to a failed one and an evaluation of a partition the run never planned added after it."""
+    from dagster_shared.record import copy
+
+    from pipelines.definitions import ASSETS, CHECKS
+    from pipelines.sqlite_files import open_instance
+
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "10000")
+    (tmp_path / "recorded").mkdir()
+    instance = open_instance(tmp_path / "recorded")
+    store = example_store(tmp_path / "recorded-out")
+    keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
+                         resources={"store": store}, run_config=QUIET,
+                         tags={"dagster/asset_partition_range_start": keys[0],
+                               "dagster/asset_partition_range_end": keys[-1]})
+    entries = instance.all_logs(run.run_id)
+    instance.dispose()
+    evaluations = [i for i, e in enumerate(entries)
+                   if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+    assert len(evaluations) == len(keys) >= 5
+    first = entries[evaluations[0]]
+    evaluation = first.dagster_event.event_specific_data
+    failed = first._replace(dagster_event=first.dagster_event._replace(
+        event_specific_data=copy(evaluation, passed=False, partition=keys[1])))
+    unplanned = first._replace(dagster_event=first.dagster_event._replace(
+        event_specific_data=copy(evaluation, partition="not/planned.json")))
+    entries = [*entries[:evaluations[1]], failed, unplanned, *entries[evaluations[1] + 1:]]
+    calls, batch = [], []
+    for entry in entries:
+        if entry.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            batch.append(entry)
+            continue
+        calls += [batch] if batch else []
+        calls.append([entry])
+        batch = []
+    assert max(len(c) for c in calls) == len(keys)
+    return run.run_id, keys, calls

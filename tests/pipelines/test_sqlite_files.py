@@ -142,19 +142,24 @@ def test_a_batch_of_materialisations_is_stored_as_dagster_stores_it_one_by_one(t
     assert one_by_one - batched >= 5 * len(keys), (batched, one_by_one)
 
 
-def test_open_instance_leaves_a_postgres_instance_as_configured(tmp_path):
-    """Only Dagster's default sqlite storage is swapped; any other configured storage is opened as it is."""
-    (tmp_path / "dagster.yaml").write_text("storage:\n  postgres:\n    postgres_url: postgresql+psycopg2://u@127.0.0.1:1/db\n")
-    from dagster._core.instance.ref import InstanceRef
+def test_open_instance_swaps_only_dagsters_default_sqlite_and_postgres_storage(tmp_path):
+    """Dagster's default sqlite storage gets the batching event log (Postgres: tests/pipelines/test_postgres.py);
+    storage configured part by part is opened as it is."""
+    from dagster._core.storage.event_log import SqliteEventLogStorage
 
-    from pipelines.sqlite_files import DAGSTER_SQLITE
-
-    ref = InstanceRef.from_dir(str(tmp_path))
-    assert (ref.storage_data.module_name, ref.storage_data.class_name) != DAGSTER_SQLITE
     (tmp_path / "sqlite").mkdir()
     instance = open_instance(tmp_path / "sqlite")
     assert instance.get_ref().storage_data.class_name == "BatchingSqliteStorage"
     assert instance.get_ref().storage_data.config_yaml == f"base_dir: {tmp_path / 'sqlite'}\n"
+    assert type(instance.event_log_storage) is BatchingSqliteEventLogStorage
+    instance.dispose()
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "dagster.yaml").write_text(
+        "event_log_storage:\n  module: dagster._core.storage.event_log\n  class: SqliteEventLogStorage\n"
+        f"  config:\n    base_dir: {parts / 'events'}\n")
+    instance = open_instance(parts)
+    assert type(instance.event_log_storage) is SqliteEventLogStorage
     instance.dispose()
 
 
@@ -243,45 +248,13 @@ def _database(path: Path) -> dict[str, list]:
 def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp_path, monkeypatch):
     """Every event of a real batch run (the example traces' partitions: materialisations in batches, the check's
     planned event and one evaluation per partition, one of them failed, and among them one evaluation of a
-    partition the run never planned) stored through Dagster's sqlite event log and through ours, in the same calls: every table of
-    the index and of the run's file holds the same rows, ids, timestamps and serialised events included."""
+    partition the run never planned) stored through Dagster's sqlite event log and through ours, in the same calls:
+    every table of the index and of the run's file holds the same rows, ids, timestamps and serialised events."""
     from dagster._core.storage.event_log import SqliteEventLogStorage
-    from dagster_shared.record import copy
 
-    from pipelines.definitions import ASSETS, CHECKS
-    from tests.pipelines.conftest import QUIET, example_store
+    from tests.pipelines.conftest import recorded_batch_run
 
-    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "10000")
-    (tmp_path / "home").mkdir()
-    instance = open_instance(tmp_path / "home")
-    store = example_store(tmp_path / "out")
-    keys = store.trace_keys()
-    instance.add_dynamic_partitions("trace_files", keys)
-    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
-                         resources={"store": store}, run_config=QUIET,
-                         tags={"dagster/asset_partition_range_start": keys[0],
-                               "dagster/asset_partition_range_end": keys[-1]})
-    entries = instance.all_logs(run.run_id)
-    instance.dispose()
-    evaluations = [i for i, e in enumerate(entries)
-                   if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
-    assert len(evaluations) == len(keys) >= 5
-    first = entries[evaluations[0]]
-    evaluation = first.dagster_event.event_specific_data
-    failed = first._replace(dagster_event=first.dagster_event._replace(
-        event_specific_data=copy(evaluation, passed=False, partition=keys[1])))
-    unplanned = first._replace(dagster_event=first.dagster_event._replace(
-        event_specific_data=copy(evaluation, partition="not/planned.json")))
-    entries = [*entries[:evaluations[1]], failed, unplanned, *entries[evaluations[1] + 1:]]
-    calls, batch = [], []  # consecutive materialisations as one batch (as Dagster hands them over), the rest singly
-    for entry in entries:
-        if entry.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
-            batch.append(entry)
-            continue
-        calls += [batch] if batch else []
-        calls.append([entry])
-        batch = []
-    assert max(len(c) for c in calls) == len(keys)
+    run_id, keys, calls = recorded_batch_run(tmp_path, monkeypatch)
     files = {}
     for name, cls in (("theirs", SqliteEventLogStorage), ("ours", BatchingSqliteEventLogStorage)):
         storage = cls(str(tmp_path / name))
@@ -289,7 +262,7 @@ def test_a_run_replayed_into_ours_and_dagsters_storage_leaves_the_same_files(tmp
             storage.store_event_batch(call) if len(call) > 1 else storage.store_event(call[0])
         storage.dispose()
         files[name] = {p.name: _database(p) for p in sorted((tmp_path / name).glob("*.db"))}
-    assert set(files["ours"]) == {"index.db", f"{run.run_id}.db"}
+    assert set(files["ours"]) == {"index.db", f"{run_id}.db"}
     for file, tables in files["theirs"].items():
         for table, rows in tables.items():
             assert files["ours"][file][table] == rows, (file, table)
