@@ -15,8 +15,9 @@ Needs torch, triton, pyarrow and pyyaml only:
 A case is contained when every one of these holds (the `why` column names the first that fails, or what held):
 - the eval ended within its limit (no hang) and wrote a results file of one signed row per problem whose run seal
   agrees (none lost, none added); its release copy is byte-identical afterwards, nothing named FORGED* lies
-  beside its results, no process named hotshape-escape-marker is left and nothing new named hotshape-escape* is in
-  /tmp (with --jobs above 1 these last two may be seen by a case running beside the one that left them);
+  beside its results, no process named hotshape-escape-marker is left (one under the eval of a case still running
+  beside it is that case's) and nothing new named hotshape-escape* is in /tmp (with --jobs above 1 this last may be
+  seen by a case running beside the one that left it);
 - no row's roofline fraction is above 1, and (cases with `"time_floor": "honest"`) no row is timed under 0.8x the
   honest submission's time on the same problem (their kernels do at least the honest work);
 - the case gets no credit its class is denied: a host-compute or fallback case (expected correct and not native)
@@ -37,6 +38,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -54,6 +56,8 @@ CLI = ("import sys, argparse\nfrom kernels_eval import eval_commands\n"
 MARKER = "hotshape-escape-marker"  # argv of the sandbox cases' children (tests/adversarial/README.md)
 FLOOR = 0.8  # a time_floor case's time may not fall under this fraction of the honest kernel's
 CONFIG_FLAGS = {"call_timeout_s": "--timeout-s", "memory_gb": "--memory-gb"}  # expected.json "config" -> eval
+RUNNING: dict[str, int] = {}  # case -> pid of its eval while it runs (survivors() leaves their processes out)
+RUNNING_LOCK = threading.Lock()
 
 
 def log(*args) -> None:
@@ -96,8 +100,30 @@ def snapshot(path: Path) -> dict[str, str]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def survivors() -> list[int]:
-    """Pids of processes whose command line names the escape marker."""
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid` (/proc/PID/stat's fourth field), or None when it has gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+
+
+def descends_from(pid: int, roots: set[int]) -> bool:
+    """Whether one of `roots` is `pid`'s parent, grandparent, ... (up to init)."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid in roots:
+            return True
+        seen.add(pid)
+        pid = parent_pid(pid) or 0
+    return False
+
+
+def survivors(others: set[int] = frozenset()) -> list[int]:
+    """Pids of processes whose command line names the escape marker, less those under one of `others` (the evals
+    of the cases still running beside this one: a marker process inside their sandboxes is theirs, alive while
+    they run; on one H200 a case's check once counted setsid_grandchild's, which ran beside it)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -106,7 +132,7 @@ def survivors() -> list[int]:
                     found.append(int(entry))
             except OSError:
                 pass
-    return found
+    return [pid for pid in found if not descends_from(pid, others)]
 
 
 def results_intact(path: Path, n_problems: int) -> str | None:
@@ -156,14 +182,24 @@ def run_case(case: str, expected: dict, args, problems: list[str], honest: dict,
     before = snapshot(release_copy)
     tmp_before = set(os.listdir("/tmp"))
     began = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    with RUNNING_LOCK:
+        RUNNING[case] = proc.pid
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=args.case_timeout_s, env=env, cwd=REPO)
-        rc, stdout, stderr = run.returncode, run.stdout, run.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout, stderr = None, "", (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) \
-            else (exc.stderr or "")
-    seconds = time.monotonic() - began
-    left = survivors()
+        try:
+            stdout, stderr = proc.communicate(timeout=args.case_timeout_s)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            rc, stdout = None, ""
+        seconds = time.monotonic() - began
+        with RUNNING_LOCK:
+            others = {pid for name, pid in RUNNING.items() if name != case}
+        left = survivors(others)
+    finally:
+        with RUNNING_LOCK:
+            RUNNING.pop(case, None)
     escaped_tmp = sorted(n for n in set(os.listdir("/tmp")) - tmp_before if n.startswith("hotshape-escape"))
     forged = sorted(n for n in os.listdir(work) if n.startswith("FORGED"))
     release_same = snapshot(release_copy) == before

@@ -105,6 +105,9 @@ def main() -> int:
             sets.append(reference.make_inputs(**kwargs, device="cuda", generator=g))
         for mode in modes:  # warm-up and autotuning outside the rounds
             loop(model, sets, 3, mode, flush, tflush)
+        tuned = {name: str(getattr(a, "best_config", None)) for name, a in vars(module).items()
+                 if type(a).__name__ == "Autotuner"}  # this process's own choice (no kept autotuning loaded)
+        print(op, "autotuned here:", tuned or "-", flush=True)
         got = {m: [] for m in modes}
         for r in range(args.rounds):
             order = modes if r % 2 == 0 else tuple(reversed(modes))
