@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--held-files", action="store_true",
                         help="sqlite: keep the instance's files open, synchronous=NORMAL (what run-pipeline does)")
     parser.add_argument("--batching", action="store_true",
-                        help="sqlite: run-pipeline's event log (pipelines/sqlite_files.open_instance)")
+                        help="run-pipeline's event log, sqlite or Postgres (pipelines/sqlite_files.open_instance)")
     args = parser.parse_args()
     home = tempfile.mkdtemp()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 import polars as pl
@@ -17,6 +19,7 @@ from weighting.fleet import load_fleet
 from weighting.schema import COLUMNS as WEIGHTING_COLUMNS
 from weighting.schema import FLEET_WEIGHTS, PHASE_WEIGHTS
 from flow.build import load_mined, mine_store, save_mined
+from ingest.tracefile import file_trace_id
 from release.admission import MIN_OWN_WORK_SHARE, own_work
 from weighting.selection import SUM_TOLERANCE
 
@@ -30,12 +33,16 @@ def entering_traces(instance: dg.DagsterInstance, store: HotshapeStore, fleet) -
     done = instance.get_materialized_partitions(dg.AssetKey("op_shape_time"))
     checks = {i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info([GATE])}
     traces = store.trace_store()
+    names = sorted(fleet.assignment())
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as hashing:  # sha256 frees the GIL
+        now = dict(zip(names, hashing.map(
+            lambda name: file_trace_id(store.trace_path(name)) if store.trace_path(name).is_file() else None, names)))
     ids, left_out = {}, []
-    for name in sorted(fleet.assignment()):
+    for name in names:
         check = checks.get(name)
         # AssetCheckExecutionRecordStatus is not exported by dagster 1.13: compared by value.
         status = check.latest_execution_status.value if check is not None else None
-        trace_id = store.trace_id(name) if store.trace_path(name).is_file() else None
+        trace_id = now[name]  # the file's bytes as they are now
         if status == "FAILED":
             reason = "gpu_time_conserved failed"
         elif name not in done:

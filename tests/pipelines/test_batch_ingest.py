@@ -63,3 +63,28 @@ def test_a_file_that_is_no_trace_fails_only_its_own_check_in_a_batch(tmp_path):
                       "sizes.json": "failed"}
     assert summary["checks"]["kernel_events:gpu_time_conserved[sizes.json]"] is False
     assert summary["refreshed"] and read_release(store.release_dir).versions == [1]
+
+
+def test_a_trace_file_changed_after_its_ingest_is_left_out_naming_why(tmp_path):
+    """fleet_weights' gate hashes every claimed file as it is now: one whose bytes changed since its partition was
+    materialised is left out with that reason, the other enters, and a file gone is left out too."""
+    from pipelines.commands import materialize_all
+    from tests.pipelines.conftest import dense_store
+
+    rels = ["llama3-8b-compiled/eager.json.gz", "llama3-8b/eager.json.gz"]
+    store = dense_store(tmp_path, rels)
+    with dg.instance_for_test() as inst:
+        materialize_all(store, inst)
+        fleet = load_fleet(store.fleet, store.trace_root)
+        before, _ = entering_traces(inst, store, fleet)
+        assert sorted(before) == sorted(rels)
+        changed = store.trace_path(rels[0])
+        changed.write_bytes(changed.read_bytes() + b"\0")
+        ids, left_out = entering_traces(inst, store, fleet)
+        assert ids == {rels[1]: before[rels[1]]}
+        assert [(x["path"], x["reason"]) for x in left_out] == [
+            (rels[0], "file changed since its kernel_events was materialised")]
+        assert left_out[0]["trace_id"] not in (None, before[rels[0]])
+        changed.unlink()
+        _, left_out = entering_traces(inst, store, fleet)
+        assert [(x["path"], x["trace_id"]) for x in left_out] == [(rels[0], None)]
