@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from kernels_eval import registry  # noqa: E402
 from kernels_eval.harness.release_view import read_release_view  # noqa: E402
 from kernels_eval.harness.runner import EvalConfig, evaluate  # noqa: E402
+from kernels_eval.harness.autotune_pins import kernel_name  # noqa: E402
 from kernels_eval.harness.triton_cache import file_cache_dir  # noqa: E402
 
 SUBMISSION = REPO / "examples" / "submissions" / "triton_reference"
@@ -73,8 +74,10 @@ def busy_from_trace(path: Path) -> list[float]:
             if b > a + 1]
 
 
-def independent(operator: str, problem: dict, cache: Path, calls: int = 100, warmup: int = 20) -> float:
-    """Median per-call kernel time of the submission's Model on `problem`, measured outside the evaluator."""
+def independent(operator: str, problem: dict, cache: Path, calls: int = 100, warmup: int = 20,
+                only: dict[str, int] | None = None) -> float:
+    """Median per-call kernel time of the submission's Model on `problem`, measured outside the evaluator; with
+    `only` (kernel name -> index into its autotuner's configs), each named autotuner runs that configuration alone."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -84,6 +87,9 @@ def independent(operator: str, problem: dict, cache: Path, calls: int = 100, war
     spec = importlib.util.spec_from_file_location(f"independent_{operator}", file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    for tuner in vars(module).values():
+        if type(tuner).__name__ == "Autotuner" and kernel_name(tuner) in (only or {}):
+            tuner.configs = [tuner.configs[only[kernel_name(tuner)]]]  # one configuration: nothing to benchmark
     model = module.Model(**json.loads(problem["init_kwargs"]))
     if isinstance(model, torch.nn.Module):
         model = model.cuda()
