@@ -14,8 +14,8 @@ import ingest.schema as ingest_schema
 from flow.build import release_imports
 from pipelines.defs.code_versions import code_version
 from pipelines.defs.lineage import column_lineage
-from pipelines.defs.metadata import (add_partition_metadata, column_schema, markdown_table, path_value, rounded,
-                                     top_operators_by)
+from pipelines.defs.metadata import (add_partition_metadata, column_schema, markdown_rows, markdown_table, path_value,
+                                     rounded, top_operators_by)
 from pipelines.partitions import trace_files
 from pipelines.resources import HotshapeStore
 
@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", categor
 
 def events_figures(store: HotshapeStore, summary, parsed: bool) -> dict:
     """What the UI shows of one partition's kernel_events (its stored TraceSummary): sized for a page per trace."""
-    by_attribution = pl.DataFrame(sorted(summary.by_attribution.items()), schema=["attribution", "dur_ns"], orient="row")
+    by_attribution = sorted(summary.by_attribution.items())[:15]
     return rounded({
         "dagster/row_count": summary.events,
         "trace_id": summary.trace_id,
@@ -36,7 +36,7 @@ def events_figures(store: HotshapeStore, summary, parsed: bool) -> dict:
         "gpu_ms": summary.gpu_ns / 1e6,
         "attributed_share": summary.attributed_ns / summary.gpu_ns if summary.gpu_ns else 0.0,
         "kernels": summary.kernels,
-        "by_attribution": markdown_table(by_attribution),
+        "by_attribution": markdown_rows({"attribution": pl.String, "dur_ns": pl.Int64}, by_attribution),
         "path": path_value(store.kernel_events_file(summary.trace_id)),
     })
 

@@ -127,3 +127,18 @@ def test_every_traces_top_operators_in_one_pass_are_each_traces_own():
         mine = together.filter(pl.col("trace_id") == trace).drop("trace_id")
         assert_frame_equal(mine, alone.select(mine.columns))
     assert together.filter(pl.col("trace_id") == "a").height == 10 and together["share"].is_nan().sum() == 0
+
+
+def test_a_markdown_table_from_rows_is_the_one_from_their_frame():
+    """kernel_events' per-partition table is made from the summary's rows without a frame (markdown_rows): the same
+    text markdown_table makes from the frame, floats rounded, nulls empty, `|` and markdown escaped, ints as they are."""
+    import polars as pl
+
+    from pipelines.defs.metadata import markdown_rows, markdown_table
+
+    schema = {"attribution": pl.String, "dur_ns": pl.Int64, "share": pl.Float64}
+    rows = [("a|b *x*", 5, 0.123456789), ("gemm", None, None), ("unattributed", 123456789012, 1.0)]
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    made = markdown_rows(schema, rows).value
+    assert made == markdown_table(frame).value
+    assert "a\\|b" in made and "| gemm |  |  |" in made and "0.1235" in made
