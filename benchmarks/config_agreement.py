@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from kernels_eval.harness.autotune_protocol import ProtocolError, parse_record  # noqa: E402
 from kernels_eval.harness.release_view import read_release_view  # noqa: E402
 from kernels_eval.harness.runner import EvalConfig, evaluate  # noqa: E402
-from replay_timing_agreement import SUBMISSION, chosen_problems, independent, log  # noqa: E402
+from replay_timing_agreement import SUBMISSION, _pct, _us, chosen_problems, independent, log  # noqa: E402
 
 
 def main() -> int:
@@ -90,14 +90,6 @@ def main() -> int:
     (out / "config_agreement.json").write_text(json.dumps({"rows": table, "verdicts": list(rows.values())},
                                                           indent=1, default=str))
     return 0
-
-
-def _us(x) -> str:
-    return "-" if x is None else f"{x * 1e6:.2f}us"
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{x:+.1%}"
 
 
 if __name__ == "__main__":

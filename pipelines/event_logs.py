@@ -64,8 +64,7 @@ class HeldCheckEvaluations:
         dagster_event = event.dagster_event if event.is_dagster_event else None
         if (dagster_event is None or dagster_event.event_type != DagsterEventType.ASSET_CHECK_EVALUATION
                 or not event.run_id or not self.supports_asset_checks):
-            self._write_pending()
-            super().store_event(event)
+            super().store_event(event)  # which connects: what is held is written first
             return
         with self._pending_lock:
             if self._pending and self._pending[0].run_id != event.run_id:

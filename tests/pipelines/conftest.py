@@ -190,6 +190,18 @@ def definition_metadata(key: str) -> dict:
     return dict(spec.metadata)
 
 
+def batch_run(instance: dg.DagsterInstance, store: HotshapeStore, selection=("kernel_events", "op_shape_time")):
+    """One batch run (a partition range, as run-pipeline makes) of `selection` and its checks over every trace
+    partition of `store`, on `instance`; its result."""
+    from pipelines.definitions import ASSETS, CHECKS
+
+    keys = store.trace_keys()
+    instance.add_dynamic_partitions("trace_files", keys)
+    return dg.materialize(ASSETS + CHECKS, selection=list(selection), instance=instance, resources={"store": store},
+                          run_config=QUIET, tags={"dagster/asset_partition_range_start": keys[0],
+                                                  "dagster/asset_partition_range_end": keys[-1]})
+
+
 def recorded_batch_run(tmp_path: Path, monkeypatch) -> tuple[str, list[str], list[list]]:
     """The events of a real batch run of the example traces' partitions (kernel_events, op_shape_time and the
     check), as the calls that hand them to an event log: (run id, partition keys, calls). Consecutive
@@ -197,7 +209,6 @@ def recorded_batch_run(tmp_path: Path, monkeypatch) -> tuple[str, list[str], lis
     evaluation is changed to a failed one and an evaluation of a partition the run never planned added after it."""
     from dagster_shared.record import copy
 
-    from pipelines.definitions import ASSETS, CHECKS
     from pipelines.sqlite_files import open_instance
 
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "10000")
@@ -205,11 +216,7 @@ def recorded_batch_run(tmp_path: Path, monkeypatch) -> tuple[str, list[str], lis
     instance = open_instance(tmp_path / "recorded")
     store = example_store(tmp_path / "recorded-out")
     keys = store.trace_keys()
-    instance.add_dynamic_partitions("trace_files", keys)
-    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
-                         resources={"store": store}, run_config=QUIET,
-                         tags={"dagster/asset_partition_range_start": keys[0],
-                               "dagster/asset_partition_range_end": keys[-1]})
+    run = batch_run(instance, store)
     entries = instance.all_logs(run.run_id)
     instance.dispose()
     evaluations = [i for i, e in enumerate(entries)

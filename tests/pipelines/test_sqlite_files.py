@@ -78,17 +78,11 @@ INDEX_ROWS = {
 def _ingest_run(home, instance, store, monkeypatch, batch_size: str) -> dict[str, list]:
     """One batch run of every example trace partition (kernel_events, op_shape_time, their check) on `instance`;
     the index's rows, each table sorted, and the latest materialisation's partition per asset."""
-    from pipelines.definitions import ASSETS, CHECKS
-    from tests.pipelines.conftest import QUIET
+    from tests.pipelines.conftest import batch_run
 
     monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", batch_size)
     keys = store.trace_keys()
-    instance.add_dynamic_partitions("trace_files", keys)
-    result = dg.materialize(ASSETS + CHECKS, selection=["kernel_events", "op_shape_time"], instance=instance,
-                            resources={"store": store}, run_config=QUIET,
-                            tags={"dagster/asset_partition_range_start": keys[0],
-                                  "dagster/asset_partition_range_end": keys[-1]})
-    assert result.success
+    assert batch_run(instance, store).success
     latest = {name: instance.get_latest_materialization_event(dg.AssetKey(name)).asset_materialization.partition
               for name in ("kernel_events", "op_shape_time")}
     partitions = {name: sorted(instance.get_materialized_partitions(dg.AssetKey(name))) for name in latest}
@@ -208,17 +202,13 @@ def test_a_planned_check_of_many_partitions_is_stored_as_dagster_stores_it(tmp_p
     Dagster's storage writes them (ours serialises the event once, not once per row)."""
     from dagster._core.storage.event_log import SqliteEventLogStorage
 
-    from pipelines.definitions import ASSETS, CHECKS
-    from tests.pipelines.conftest import QUIET, example_store
+    from tests.pipelines.conftest import batch_run, example_store
 
     (tmp_path / "home").mkdir()
     instance = open_instance(tmp_path / "home")
     store = example_store(tmp_path / "out")
     keys = store.trace_keys()
-    instance.add_dynamic_partitions("trace_files", keys)
-    run = dg.materialize(ASSETS + CHECKS, selection=["kernel_events"], instance=instance, resources={"store": store},
-                         run_config=QUIET, tags={"dagster/asset_partition_range_start": keys[0],
-                                                 "dagster/asset_partition_range_end": keys[-1]})
+    run = batch_run(instance, store, selection=["kernel_events"])
     [planned] = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED).records
     instance.dispose()
     tables = {}
